@@ -1,0 +1,57 @@
+"""Workloads: request generators, arrival processes, trace readers and sharing statistics.
+
+Every generator is a frozen dataclass config with `generate(seed) -> list[Request]`
+(deterministic per seed, sorted by arrival); `make_workload(name, **overrides)`
+builds one by name, including "trace:PATH" for Mooncake or feather JSONL files.
+"""
+
+from feather_sched.workloads.arrivals import (
+    AllAtOnce,
+    ArrivalProcess,
+    Bursts,
+    Poisson,
+    parse_arrival,
+)
+from feather_sched.workloads.base import Workload
+from feather_sched.workloads.document_qa import DocumentQAWorkload
+from feather_sched.workloads.long_prefix import LongPrefixWorkload
+from feather_sched.workloads.multi_turn import MultiTurnWorkload
+from feather_sched.workloads.no_sharing import NoSharingWorkload
+from feather_sched.workloads.registry import WORKLOADS, make_workload
+from feather_sched.workloads.shared_prefix import SharedPrefixWorkload
+from feather_sched.workloads.stats import TraceStats, render_stats, trace_stats
+from feather_sched.workloads.traces import (
+    TraceFormatError,
+    TraceWorkload,
+    read_jsonl,
+    read_mooncake,
+    read_trace,
+    write_jsonl,
+)
+from feather_sched.workloads.tree import TreeWorkload
+
+__all__ = [
+    "WORKLOADS",
+    "AllAtOnce",
+    "ArrivalProcess",
+    "Bursts",
+    "DocumentQAWorkload",
+    "LongPrefixWorkload",
+    "MultiTurnWorkload",
+    "NoSharingWorkload",
+    "Poisson",
+    "SharedPrefixWorkload",
+    "TraceFormatError",
+    "TraceStats",
+    "TraceWorkload",
+    "TreeWorkload",
+    "Workload",
+    "make_workload",
+    "parse_arrival",
+    "read_jsonl",
+    "read_mooncake",
+    "read_trace",
+    "render_stats",
+    "trace_stats",
+    "write_jsonl",
+]

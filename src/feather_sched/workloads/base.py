@@ -1,0 +1,143 @@
+"""What every workload generator shares: the protocol, seeding, validation and assembly.
+
+Generators build "drafts" (prompt, output length, group label, meta) in a
+structural order, optionally shuffle them, pair them with arrival times and
+only then number them, so request ids follow arrival order ("sp-000000" is the
+first to arrive).
+
+Seeding: one integer seed is split (numpy SeedSequence.spawn) into independent
+streams for token content, for the shuffle and for arrivals. Changing the
+arrival process therefore leaves every prompt unchanged, which keeps
+comparisons between arrival settings apples to apples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
+
+from feather_sched.request import Request
+from feather_sched.workloads.arrivals import ArrivalProcess, parse_arrival
+
+__all__ = [
+    "Draft",
+    "Streams",
+    "Workload",
+    "assemble",
+    "coerce_arrival",
+    "finish",
+    "random_tokens",
+    "require_int",
+    "require_vocab",
+    "seed_streams",
+]
+
+INT32_MAX = int(np.iinfo(np.int32).max)
+
+
+@runtime_checkable
+class Workload(Protocol):
+    """A recipe for a list of requests; the same seed always gives the same list."""
+
+    def generate(self, seed: int) -> list[Request]:
+        """Return the requests sorted by arrival time (ties keep generation order)."""
+        ...
+
+
+class Streams(NamedTuple):
+    """Independent random streams derived from one workload seed."""
+
+    content: np.random.Generator
+    order: np.random.Generator
+    arrival: np.random.Generator
+
+
+def seed_streams(seed: int) -> Streams:
+    """Split `seed` into the content, order and arrival streams."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    children = np.random.SeedSequence(int(seed)).spawn(3)
+    return Streams(*(np.random.default_rng(c) for c in children))
+
+
+def random_tokens(
+    rng: np.random.Generator, shape: int | tuple[int, ...], vocab_size: int
+) -> np.ndarray:
+    """Uniform token ids in [0, vocab_size) as int32."""
+    return rng.integers(0, vocab_size, size=shape, dtype=np.int32)
+
+
+def require_int(owner: str, name: str, value: Any, minimum: int) -> None:
+    """Raise a ValueError naming the config and field unless value is an int >= minimum."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{owner}.{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
+
+
+def require_vocab(owner: str, vocab_size: Any) -> None:
+    require_int(owner, "vocab_size", vocab_size, 1)
+    if vocab_size - 1 > INT32_MAX:
+        raise ValueError(f"{owner}.vocab_size must be <= {INT32_MAX + 1}, got {vocab_size}")
+
+
+def coerce_arrival(owner: object, value: Any) -> None:
+    """Accept an arrival spec string in place of a process (handy for CLI overrides).
+
+    Called from a frozen dataclass's __post_init__; replaces the field in place.
+    """
+    name = type(owner).__name__
+    if isinstance(value, str):
+        value = parse_arrival(value)
+        object.__setattr__(owner, "arrival", value)
+    if not isinstance(value, ArrivalProcess):
+        raise ValueError(
+            f"{name}.arrival must be an arrival process (AllAtOnce, Poisson, Bursts) or a spec "
+            f"string, got {value!r}"
+        )
+
+
+@dataclass
+class Draft:
+    """A request before it has an id and an arrival time."""
+
+    prompt: np.ndarray
+    output_len: int
+    group: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def assemble(id_prefix: str, drafts: Sequence[Draft], arrivals: np.ndarray) -> list[Request]:
+    """Pair drafts with arrival times, sort stably by time and number them in that order."""
+    arrivals = np.asarray(arrivals, dtype=np.float64)
+    if arrivals.shape != (len(drafts),):
+        raise ValueError(f"expected {len(drafts)} arrival times, got shape {arrivals.shape}")
+    order = np.argsort(arrivals, kind="stable")
+    return [
+        Request(
+            request_id=f"{id_prefix}-{i:06d}",
+            prompt=drafts[j].prompt,
+            output_len=drafts[j].output_len,
+            arrival_time=float(arrivals[j]),
+            group=drafts[j].group,
+            meta=dict(drafts[j].meta),
+        )
+        for i, j in enumerate(order)
+    ]
+
+
+def finish(
+    id_prefix: str,
+    drafts: list[Draft],
+    arrival: ArrivalProcess,
+    streams: Streams,
+    *,
+    shuffle: bool,
+) -> list[Request]:
+    """Shuffle drafts (if asked), draw one arrival time each, and assemble."""
+    if shuffle:
+        drafts = [drafts[i] for i in streams.order.permutation(len(drafts))]
+    return assemble(id_prefix, drafts, arrival.times(len(drafts), streams.arrival))

@@ -1,0 +1,97 @@
+"""Multi-turn chat: each turn's prompt extends the previous turn's prompt and answer.
+
+Turn k re-sends the whole conversation so far (turn k-1's prompt, the answer
+to it, and a new user message), so its cacheable prefix is everything but the
+new message, and it cannot start before turn k-1 has finished. Sharing here is
+across time within one conversation, not across concurrent requests, which
+stresses cache retention rather than batch homogeneity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from feather_sched.request import Request
+from feather_sched.workloads.arrivals import AllAtOnce, ArrivalProcess
+from feather_sched.workloads.base import (
+    Draft,
+    assemble,
+    coerce_arrival,
+    random_tokens,
+    require_int,
+    require_vocab,
+    seed_streams,
+)
+
+__all__ = ["MultiTurnWorkload"]
+
+
+@dataclass(frozen=True)
+class MultiTurnWorkload:
+    """`num_conversations` chats of `turns` turns each.
+
+    Turn 0's prompt is `first_turn_len` random tokens; turn k's prompt is turn
+    k-1's prompt + turn k-1's answer (`output_len` random tokens standing in for
+    the model's reply) + `turn_len` new user tokens. Conversation start times
+    come from `arrival`; turn k arrives at start + k * think_time_s. That is
+    open-loop: the generator cannot know when turn k-1 will finish, so
+    meta["depends_on"] names the previous turn's request id for a simulator
+    that wants to hold turn k back until then. Request ids are "mt-NNNNNN",
+    `group` is "conv-C"; meta also holds "conversation" and "turn".
+    """
+
+    num_conversations: int = 32
+    turns: int = 6
+    first_turn_len: int = 512
+    turn_len: int = 128
+    output_len: int = 128
+    think_time_s: float = 1.0
+    vocab_size: int = 32000
+    arrival: ArrivalProcess = field(default_factory=AllAtOnce)
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        require_int(owner, "num_conversations", self.num_conversations, 0)
+        require_int(owner, "turns", self.turns, 1)
+        require_int(owner, "first_turn_len", self.first_turn_len, 1)
+        require_int(owner, "turn_len", self.turn_len, 0)
+        require_int(owner, "output_len", self.output_len, 1)
+        require_vocab(owner, self.vocab_size)
+        think = self.think_time_s
+        if isinstance(think, bool) or not isinstance(think, (int, float)):
+            raise ValueError(f"{owner}.think_time_s must be a number, got {think!r}")
+        if not (math.isfinite(think) and think >= 0):
+            raise ValueError(f"{owner}.think_time_s must be finite and >= 0, got {think}")
+        coerce_arrival(self, self.arrival)
+
+    def generate(self, seed: int) -> list[Request]:
+        streams = seed_streams(seed)
+        starts = self.arrival.times(self.num_conversations, streams.arrival)
+        drafts: list[Draft] = []
+        times: list[float] = []
+        for c in range(self.num_conversations):
+            prompt = random_tokens(streams.content, self.first_turn_len, self.vocab_size)
+            answer = prompt[:0]  # no answer before the first turn
+            for k in range(self.turns):
+                if k > 0:
+                    user = random_tokens(streams.content, self.turn_len, self.vocab_size)
+                    prompt = np.concatenate([prompt, answer, user])
+                answer = random_tokens(streams.content, self.output_len, self.vocab_size)
+                drafts.append(
+                    Draft(
+                        prompt=prompt,
+                        output_len=self.output_len,
+                        group=f"conv-{c}",
+                        meta={"conversation": c, "turn": k},
+                    )
+                )
+                times.append(float(starts[c]) + k * float(self.think_time_s))
+        requests = assemble("mt", drafts, np.asarray(times, dtype=np.float64))
+        ids = {(r.meta["conversation"], r.meta["turn"]): r.request_id for r in requests}
+        for r in requests:
+            c, k = r.meta["conversation"], r.meta["turn"]
+            r.meta["depends_on"] = ids[(c, k - 1)] if k > 0 else None
+        return requests

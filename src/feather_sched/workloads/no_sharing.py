@@ -1,0 +1,53 @@
+"""Independent random prompts: the control case where prefix-aware scheduling must not lose.
+
+Every prompt is drawn independently and uniformly, so two prompts share a
+leading token only by chance (odds 1/vocab_size per pair, two tokens
+1/vocab_size**2, ...): a few tokens at most, never a useful prefix. The
+default prompt length (2176 = 2048 + 128) matches the shared-prefix workload's
+total, so the two differ only in sharing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from feather_sched.request import Request
+from feather_sched.workloads.arrivals import AllAtOnce, ArrivalProcess
+from feather_sched.workloads.base import (
+    Draft,
+    coerce_arrival,
+    finish,
+    random_tokens,
+    require_int,
+    require_vocab,
+    seed_streams,
+)
+
+__all__ = ["NoSharingWorkload"]
+
+
+@dataclass(frozen=True)
+class NoSharingWorkload:
+    """`num_requests` prompts of `prompt_len` independent random tokens; ids "ns-NNNNNN"."""
+
+    num_requests: int = 1024
+    prompt_len: int = 2176
+    output_len: int = 256
+    vocab_size: int = 32000
+    arrival: ArrivalProcess = field(default_factory=AllAtOnce)
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        require_int(owner, "num_requests", self.num_requests, 0)
+        require_int(owner, "prompt_len", self.prompt_len, 1)
+        require_int(owner, "output_len", self.output_len, 1)
+        require_vocab(owner, self.vocab_size)
+        coerce_arrival(self, self.arrival)
+
+    def generate(self, seed: int) -> list[Request]:
+        streams = seed_streams(seed)
+        prompts = random_tokens(
+            streams.content, (self.num_requests, self.prompt_len), self.vocab_size
+        )
+        drafts = [Draft(prompt=p.copy(), output_len=self.output_len) for p in prompts]
+        return finish("ns", drafts, self.arrival, streams, shuffle=False)

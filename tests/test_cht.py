@@ -1,0 +1,335 @@
+"""The Chunked Hash Tree against the token radix tree (the oracle), plus edge cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import assume, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    rule,
+)
+
+from feather_sched.index import (
+    ChunkedHashTree,
+    DuplicateRequestError,
+    InvalidTransitionError,
+    RadixTree,
+    RequestState,
+    UnknownRequestError,
+    chunk_digests,
+)
+
+# A few base sequences; prompts are a prefix of one of them plus a short random tail, so
+# prompts share prefixes of every length, including exact duplicates and chunk-unaligned ones.
+_BASES = [np.random.default_rng(i).integers(0, 50, 64).astype(np.int32) for i in range(3)]
+
+prompts = st.builds(
+    lambda base, cut, tail: np.concatenate([_BASES[base][:cut], np.array(tail, dtype=np.int32)]),
+    st.integers(0, len(_BASES) - 1),
+    st.integers(0, 40),
+    st.lists(st.integers(0, 3), max_size=6),
+)
+
+
+def shared_levels(lcp: int, len_a: int, len_b: int, chunk: int) -> int:
+    """Leading equal chunk keys of two prompts with a common prefix of `lcp` tokens: every
+    full chunk inside the common prefix, plus the final partial chunk when the two prompts
+    are identical and end mid-chunk (that partial key covers exactly the same tokens)."""
+    full = lcp // chunk
+    return full + int(len_a == len_b == lcp and lcp % chunk != 0)
+
+
+class CHTAgainstRadix(RuleBasedStateMachine):
+    """Random arrival/admission/preemption/finish/abort sequences; CHT and radix must agree."""
+
+    waiting = Bundle("waiting")
+    running = Bundle("running")
+
+    @initialize(chunk=st.sampled_from([1, 3, 4, 8, 16]))
+    def setup(self, chunk: int) -> None:
+        self.chunk = chunk
+        self.cht = ChunkedHashTree(chunk)
+        self.radix_waiting = RadixTree()
+        self.radix_running = RadixTree()
+        self.prompts: dict[str, np.ndarray] = {}
+        self.next_id = 0
+
+    @rule(target=waiting, prompt=prompts)
+    def arrive(self, prompt: np.ndarray) -> str:
+        rid = f"r{self.next_id}"
+        self.next_id += 1
+        self.cht.add(rid, prompt)
+        self.radix_waiting.insert(rid, prompt)
+        self.prompts[rid] = prompt
+        return rid
+
+    @rule(target=running, rid=consumes(waiting))
+    def admit(self, rid: str) -> str:
+        self.cht.admit(rid)
+        self.radix_waiting.remove(rid)
+        self.radix_running.insert(rid, self.prompts[rid])
+        return rid
+
+    @rule(target=running, best=st.just(True))
+    def admit_best(self, best: bool) -> str:
+        cand = self.cht.best_candidate()
+        assume(cand is not None)
+        assert cand is not None
+        self.cht.admit(cand.request_id)
+        self.radix_waiting.remove(cand.request_id)
+        self.radix_running.insert(cand.request_id, self.prompts[cand.request_id])
+        return cand.request_id
+
+    @rule(target=waiting, rid=consumes(running))
+    def preempt(self, rid: str) -> str:
+        self.cht.preempt(rid)
+        self.radix_running.remove(rid)
+        self.radix_waiting.insert(rid, self.prompts[rid])
+        return rid
+
+    @rule(rid=consumes(running))
+    def finish(self, rid: str) -> None:
+        self.cht.finish(rid)
+        self.radix_running.remove(rid)
+        del self.prompts[rid]
+
+    @rule(rid=consumes(waiting))
+    def abort_waiting(self, rid: str) -> None:
+        self.cht.remove(rid)
+        self.radix_waiting.remove(rid)
+        del self.prompts[rid]
+
+    @rule(rid=consumes(running))
+    def abort_running(self, rid: str) -> None:
+        self.cht.remove(rid)
+        self.radix_running.remove(rid)
+        del self.prompts[rid]
+
+    # ---------------------------------------------------------------- oracle helpers
+    def expected_matched(self, rid: str) -> int:
+        """Chunks of `rid` shared with the running batch, derived from the radix tree."""
+        prompt = self.prompts[rid]
+        lcp = self.radix_running.match_prefix(prompt)
+        identical_running = any(
+            self.prompts[o].size == prompt.size
+            for o in self.radix_running.sequences_with_prefix(prompt)
+        )
+        full = lcp // self.chunk
+        return full + int(lcp == prompt.size and prompt.size % self.chunk != 0 and identical_running)
+
+    def expected_group(self, rid: str, chunks: int) -> set[str]:
+        prompt = self.prompts[rid]
+        covered = min(chunks * self.chunk, prompt.size)
+        members = self.radix_waiting.sequences_with_prefix(prompt[:covered])
+        if covered < chunks * self.chunk:  # partial last chunk: same length, same tokens
+            members = {m for m in members if self.prompts[m].size == prompt.size}
+        return members
+
+    # ---------------------------------------------------------------- invariants
+    @invariant()
+    def counts_agree(self) -> None:
+        assert self.cht.num_waiting == len(self.radix_waiting)
+        assert self.cht.num_running == len(self.radix_running)
+        assert set(self.cht.waiting_ids()) == set(self.prompts) - set(self.cht.running_ids())
+        for rid in self.cht.running_ids():
+            assert rid in self.radix_running
+            assert self.cht.state(rid) is RequestState.RUNNING
+
+    @invariant()
+    def shared_prefix_lengths_agree(self) -> None:
+        for rid in self.cht.waiting_ids():
+            assert self.cht.matched_chunks(rid) == self.expected_matched(rid), rid
+
+    @invariant()
+    def groups_agree(self) -> None:
+        for rid in self.cht.waiting_ids():
+            keys = self.cht.keys_of(rid)
+            for depth in {1, len(keys) // 2 + 1, len(keys)}:
+                if depth < 1 or depth > len(keys):
+                    continue
+                expected = self.expected_group(rid, depth)
+                assert set(self.cht.group_members(keys[depth - 1])) == expected
+                assert self.cht.group_size(rid, depth) == len(expected)
+
+    @invariant()
+    def largest_group_is_largest(self) -> None:
+        for depth in (1, 2, 4):
+            sizes = [
+                len(self.expected_group(r, depth))
+                for r in self.cht.waiting_ids()
+                if len(self.cht.keys_of(r)) >= depth
+            ]
+            got = self.cht.largest_group(depth)
+            if not sizes:
+                assert got is None
+            else:
+                assert got is not None and got[1] == max(sizes)
+
+    @invariant()
+    def candidates_are_ordered_and_complete(self) -> None:
+        expected = {r: self.expected_matched(r) for r in self.cht.waiting_ids()}
+        cands = list(self.cht.candidates())
+        ids = [c.request_id for c in cands]
+        assert len(ids) == len(set(ids)), "a candidate was yielded twice"
+        assert set(ids) == {r for r, m in expected.items() if m > 0}
+        matched = [c.matched_chunks for c in cands]
+        assert matched == sorted(matched, reverse=True)
+        for c in cands:
+            assert c.matched_chunks == expected[c.request_id]
+        best = self.cht.best_candidate()
+        if cands:
+            assert best is not None and best.matched_chunks == cands[0].matched_chunks
+        else:
+            assert best is None
+
+    @invariant()
+    def homogeneity_agrees(self) -> None:
+        running = list(self.cht.running_ids())
+        if not running:
+            assert self.cht.running_common_chunks() == 0
+            return
+        # brute force over token arrays: the common prefix of all running prompts
+        first = self.prompts[running[0]]
+        common = min(
+            shared_levels(_lcp(first, self.prompts[r]), first.size, self.prompts[r].size, self.chunk)
+            for r in running
+        )
+        assert self.cht.running_common_chunks() == common
+        for rid in self.cht.waiting_ids():
+            prompt = self.prompts[rid]
+            kept = min(
+                shared_levels(_lcp(prompt, self.prompts[r]), prompt.size, self.prompts[r].size,
+                              self.chunk)
+                for r in running
+            )
+            assert self.cht.lost_chunks(rid) == common - min(common, kept)
+
+    def teardown(self) -> None:
+        if not hasattr(self, "cht"):
+            return
+        for rid in list(self.prompts):
+            self.cht.remove(rid)
+        assert len(self.cht) == 0
+        assert self.cht.is_empty(), "index did not return to empty"
+        assert self.cht.num_keys() == 0
+
+
+def _lcp(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(a.size, b.size)
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if diff.size else n
+
+
+CHTAgainstRadix.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=30, deadline=None
+)
+TestCHTAgainstRadix = CHTAgainstRadix.TestCase
+
+
+# -------------------------------------------------------------------- edge cases
+def test_empty_prompt_has_no_keys_and_shares_nothing() -> None:
+    cht = ChunkedHashTree(4)
+    assert cht.add("e", np.array([], dtype=np.int32)) == ()
+    cht.add("x", np.arange(8))
+    cht.admit("x")
+    assert cht.matched_chunks("e") == 0
+    assert cht.lost_chunks("e") == cht.running_common_chunks() == 2
+    cht.admit("e")
+    assert cht.running_common_chunks() == 0
+    cht.finish("e")
+    cht.finish("x")
+    assert cht.is_empty()
+
+
+def test_prompt_shorter_than_a_chunk_is_one_partial_key() -> None:
+    cht = ChunkedHashTree(16)
+    short = np.arange(5)
+    keys = cht.add("s", short)
+    assert len(keys) == 1 and keys[0][0] == 0
+    cht.add("same", short.copy())
+    cht.add("longer", np.arange(6))  # same 5 tokens then more: a different partial key
+    assert cht.group_size("s", 1) == 2
+    cht.admit("s")
+    assert cht.matched_chunks("same") == 1
+    assert cht.matched_chunks("longer") == 0
+
+
+def test_chunk_digests_chain_and_boundaries() -> None:
+    tokens = np.arange(100, dtype=np.int32)
+    d = chunk_digests(tokens, 16)
+    assert len(d) == 7  # 6 full chunks + one partial
+    assert chunk_digests(tokens[:64], 16) == d[:4]
+    other = tokens.copy()
+    other[0] = 999  # changing the first token changes every later digest
+    assert all(x != y for x, y in zip(chunk_digests(other, 16), d))
+    assert chunk_digests(list(range(100)), 16) == d
+    with pytest.raises(ValueError, match="chunk_size"):
+        chunk_digests(tokens, 0)
+
+
+def test_precomputed_digests_equal_hashing_here() -> None:
+    tokens = np.arange(40)
+    a, b = ChunkedHashTree(8), ChunkedHashTree(8)
+    assert a.add("r", tokens) == b.add("r", digests=chunk_digests(tokens, 8))
+    with pytest.raises(ValueError, match="exactly one"):
+        a.add("q")
+
+
+def test_misuse_gives_clear_errors() -> None:
+    cht = ChunkedHashTree(4)
+    cht.add("a", np.arange(8))
+    with pytest.raises(DuplicateRequestError, match="'a' is already in the index"):
+        cht.add("a", np.arange(8))
+    with pytest.raises(UnknownRequestError, match="'ghost' is not in the index"):
+        cht.remove("ghost")
+    with pytest.raises(UnknownRequestError, match="ghost"):
+        cht.admit("ghost")
+    with pytest.raises(InvalidTransitionError, match="it is waiting, expected running"):
+        cht.finish("a")
+    cht.admit("a")
+    with pytest.raises(InvalidTransitionError, match="it is running, expected waiting"):
+        cht.admit("a")
+    with pytest.raises(ValueError, match="chunk_size"):
+        ChunkedHashTree(0)
+    with pytest.raises(ValueError, match="chunks must be >= 1"):
+        cht.largest_group(0)
+    radix = RadixTree()
+    radix.insert("a", [1, 2])
+    with pytest.raises(DuplicateRequestError):
+        radix.insert("a", [1, 2])
+    with pytest.raises(UnknownRequestError, match="radix tree"):
+        radix.remove("b")
+
+
+def test_candidates_prefer_deepest_match_then_oldest() -> None:
+    cht = ChunkedHashTree(4)
+    base = np.arange(16)
+    cht.add("run", base)
+    cht.admit("run")
+    cht.add("old_shallow", np.r_[base[:4], [90, 91, 92, 93]])
+    cht.add("deep", np.r_[base[:12], [80, 81, 82, 83]])
+    cht.add("new_shallow", np.r_[base[:4], [70, 71, 72, 73]])
+    cht.add("stranger", np.arange(100, 116))
+    order = [c.request_id for c in cht.candidates()]
+    assert order == ["deep", "old_shallow", "new_shallow"]
+    assert [c.request_id for c in cht.candidates(limit=2)] == ["deep", "old_shallow"]
+    assert cht.best_candidate().missing_chunks == 1  # type: ignore[union-attr]
+    # iteration is read-only: asking again gives the same answer
+    assert [c.request_id for c in cht.candidates()] == order
+
+
+def test_radix_split_keeps_answers() -> None:
+    radix = RadixTree()
+    radix.insert("a", np.arange(10))
+    assert radix.match_prefix(np.r_[np.arange(4), [77]]) == 4  # splits the edge at 4
+    assert radix.num_nodes() == 3
+    assert radix.match_prefix(np.arange(10)) == 10
+    assert radix.sequences_with_prefix(np.arange(4)) == {"a"}
+    radix.remove("a")
+    assert radix.num_nodes() == 1 and len(radix) == 0
