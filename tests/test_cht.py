@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import assume, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    Bundle,
     RuleBasedStateMachine,
-    consumes,
     initialize,
     invariant,
+    precondition,
     rule,
 )
 
@@ -48,9 +47,6 @@ def shared_levels(lcp: int, len_a: int, len_b: int, chunk: int) -> int:
 class CHTAgainstRadix(RuleBasedStateMachine):
     """Random arrival/admission/preemption/finish/abort sequences; CHT and radix must agree."""
 
-    waiting = Bundle("waiting")
-    running = Bundle("running")
-
     @initialize(chunk=st.sampled_from([1, 3, 4, 8, 16]))
     def setup(self, chunk: int) -> None:
         self.chunk = chunk
@@ -60,55 +56,60 @@ class CHTAgainstRadix(RuleBasedStateMachine):
         self.prompts: dict[str, np.ndarray] = {}
         self.next_id = 0
 
-    @rule(target=waiting, prompt=prompts)
-    def arrive(self, prompt: np.ndarray) -> str:
+    def _pick(self, data: st.DataObject, tree: RadixTree) -> str:
+        ids = sorted(r for r in self.prompts if r in tree)
+        return data.draw(st.sampled_from(ids))
+
+    def _to_running(self, rid: str) -> None:
+        self.radix_waiting.remove(rid)
+        self.radix_running.insert(rid, self.prompts[rid])
+
+    @rule(prompt=prompts)
+    def arrive(self, prompt: np.ndarray) -> None:
         rid = f"r{self.next_id}"
         self.next_id += 1
         self.cht.add(rid, prompt)
         self.radix_waiting.insert(rid, prompt)
         self.prompts[rid] = prompt
-        return rid
 
-    @rule(target=running, rid=consumes(waiting))
-    def admit(self, rid: str) -> str:
+    @precondition(lambda self: len(self.radix_waiting) > 0)
+    @rule(data=st.data())
+    def admit(self, data: st.DataObject) -> None:
+        rid = self._pick(data, self.radix_waiting)
         self.cht.admit(rid)
-        self.radix_waiting.remove(rid)
-        self.radix_running.insert(rid, self.prompts[rid])
-        return rid
+        self._to_running(rid)
 
-    @rule(target=running, best=st.just(True))
-    def admit_best(self, best: bool) -> str:
+    @precondition(lambda self: self.cht.best_candidate() is not None)
+    @rule()
+    def admit_best(self) -> None:
         cand = self.cht.best_candidate()
-        assume(cand is not None)
         assert cand is not None
         self.cht.admit(cand.request_id)
-        self.radix_waiting.remove(cand.request_id)
-        self.radix_running.insert(cand.request_id, self.prompts[cand.request_id])
-        return cand.request_id
+        self._to_running(cand.request_id)
 
-    @rule(target=waiting, rid=consumes(running))
-    def preempt(self, rid: str) -> str:
+    @precondition(lambda self: len(self.radix_running) > 0)
+    @rule(data=st.data())
+    def preempt(self, data: st.DataObject) -> None:
+        rid = self._pick(data, self.radix_running)
         self.cht.preempt(rid)
         self.radix_running.remove(rid)
         self.radix_waiting.insert(rid, self.prompts[rid])
-        return rid
 
-    @rule(rid=consumes(running))
-    def finish(self, rid: str) -> None:
+    @precondition(lambda self: len(self.radix_running) > 0)
+    @rule(data=st.data())
+    def finish(self, data: st.DataObject) -> None:
+        rid = self._pick(data, self.radix_running)
         self.cht.finish(rid)
         self.radix_running.remove(rid)
         del self.prompts[rid]
 
-    @rule(rid=consumes(waiting))
-    def abort_waiting(self, rid: str) -> None:
+    @precondition(lambda self: len(self.prompts) > 0)
+    @rule(data=st.data())
+    def abort(self, data: st.DataObject) -> None:
+        rid = data.draw(st.sampled_from(sorted(self.prompts)))
+        tree = self.radix_running if rid in self.radix_running else self.radix_waiting
         self.cht.remove(rid)
-        self.radix_waiting.remove(rid)
-        del self.prompts[rid]
-
-    @rule(rid=consumes(running))
-    def abort_running(self, rid: str) -> None:
-        self.cht.remove(rid)
-        self.radix_running.remove(rid)
+        tree.remove(rid)
         del self.prompts[rid]
 
     # ---------------------------------------------------------------- oracle helpers
@@ -121,7 +122,9 @@ class CHTAgainstRadix(RuleBasedStateMachine):
             for o in self.radix_running.sequences_with_prefix(prompt)
         )
         full = lcp // self.chunk
-        return full + int(lcp == prompt.size and prompt.size % self.chunk != 0 and identical_running)
+        return full + int(
+            lcp == prompt.size and prompt.size % self.chunk != 0 and identical_running
+        )
 
     def expected_group(self, rid: str, chunks: int) -> set[str]:
         prompt = self.prompts[rid]
@@ -197,15 +200,18 @@ class CHTAgainstRadix(RuleBasedStateMachine):
         # brute force over token arrays: the common prefix of all running prompts
         first = self.prompts[running[0]]
         common = min(
-            shared_levels(_lcp(first, self.prompts[r]), first.size, self.prompts[r].size, self.chunk)
+            shared_levels(
+                _lcp(first, self.prompts[r]), first.size, self.prompts[r].size, self.chunk
+            )
             for r in running
         )
         assert self.cht.running_common_chunks() == common
         for rid in self.cht.waiting_ids():
             prompt = self.prompts[rid]
             kept = min(
-                shared_levels(_lcp(prompt, self.prompts[r]), prompt.size, self.prompts[r].size,
-                              self.chunk)
+                shared_levels(
+                    _lcp(prompt, self.prompts[r]), prompt.size, self.prompts[r].size, self.chunk
+                )
                 for r in running
             )
             assert self.cht.lost_chunks(rid) == common - min(common, kept)
@@ -227,7 +233,7 @@ def _lcp(a: np.ndarray, b: np.ndarray) -> int:
 
 
 CHTAgainstRadix.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=30, deadline=None
+    max_examples=300, stateful_step_count=30, deadline=None
 )
 TestCHTAgainstRadix = CHTAgainstRadix.TestCase
 

@@ -41,7 +41,7 @@ from feather_sched.workloads.stats import (
 def lcp(a: np.ndarray, b: np.ndarray) -> int:
     """Reference longest common prefix, token by token."""
     n = 0
-    for x, y in zip(a.tolist(), b.tolist()):
+    for x, y in zip(a.tolist(), b.tolist(), strict=False):
         if x != y:
             break
         n += 1
@@ -444,7 +444,7 @@ def test_make_workload_errors() -> None:
     for name in WORKLOADS:
         assert name in str(info.value)
     assert "trace:PATH" in str(info.value)
-    with pytest.raises(ValueError, match="no field.*groups.*valid fields:.*num_groups"):
+    with pytest.raises(ValueError, match=r"no field.*groups.*valid fields:.*num_groups"):
         make_workload("shared-prefix", groups=3)
     with pytest.raises(ValueError, match="expected 'trace:PATH'"):
         make_workload("trace:")

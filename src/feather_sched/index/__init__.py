@@ -1,4 +1,4 @@
-"""Prefix indexes: the Chunked Hash Tree (what schedulers use) and a token radix tree (reference)."""
+"""Prefix indexes: the Chunked Hash Tree (for schedulers) and a token radix tree (reference)."""
 
 from feather_sched.index.cht import (
     Candidate,

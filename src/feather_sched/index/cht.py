@@ -344,9 +344,11 @@ class ChunkedHashTree:
     def _forget(self, request_id: str) -> None:
         del self._state[request_id]
         del self._keys[request_id]
-        if not self._state:  # nothing left: drop lazily-kept stale heap entries too
+        if not self._state:  # nothing left: drop lazily-kept per-level and heap state too
             self._hot.clear()
             self._in_hot.clear()
+            self._buckets.clear()
+            self._max_count.clear()
 
     def _is_hot(self, key: Key) -> bool:
         return key in self._running_refs and key in self._waiting
@@ -370,12 +372,14 @@ class ChunkedHashTree:
             self._hot = live
 
     def _add_waiting(self, request_id: str, keys: tuple[Key, ...]) -> None:
+        # Hot path (every arrival and preemption): bucket moves are inlined on purpose.
         waiting = self._waiting
         running = self._running_refs
         buckets = self._buckets
+        max_count = self._max_count
         while len(buckets) < len(keys):
             buckets.append({})
-            self._max_count.append(0)
+            max_count.append(0)
         for key in keys:
             members = waiting.get(key)
             if members is None:
@@ -384,37 +388,47 @@ class ChunkedHashTree:
                     self._push_hot(key)
             old = len(members)
             members[request_id] = None
-            self._move_bucket(key, old, old + 1)
+            level = key[0]
+            bucket = buckets[level]
+            if old:
+                at_old = bucket[old]
+                del at_old[key]
+                if not at_old:
+                    del bucket[old]
+            at_new = bucket.get(old + 1)
+            if at_new is None:
+                bucket[old + 1] = {key: None}
+            else:
+                at_new[key] = None
+            if old + 1 > max_count[level]:
+                max_count[level] = old + 1
 
     def _remove_waiting(self, request_id: str, keys: tuple[Key, ...]) -> None:
+        # Hot path (every admission): the largest group at a level only shrinks by one when
+        # the last key of the max bucket moves down, and then max-1 holds that key (or is 0).
         waiting = self._waiting
+        buckets = self._buckets
+        max_count = self._max_count
         for key in keys:
             members = waiting[key]
             old = len(members)
             del members[request_id]
-            if not members:
+            if old == 1:
                 del waiting[key]
-            self._move_bucket(key, old, old - 1)
-
-    def _move_bucket(self, key: Key, old: int, new: int) -> None:
-        level = key[0]
-        bucket = self._buckets[level]
-        if old:
-            keys_at_old = bucket[old]
-            del keys_at_old[key]
-            if not keys_at_old:
+            level = key[0]
+            bucket = buckets[level]
+            at_old = bucket[old]
+            del at_old[key]
+            if not at_old:
                 del bucket[old]
-        if new:
-            bucket.setdefault(new, {})[key] = None
-        if new > self._max_count[level]:
-            self._max_count[level] = new
-        elif old == self._max_count[level] and old not in bucket:
-            # the key that held the max moved down by one, so max-1 is now non-empty (or 0)
-            self._max_count[level] = new
-        if level == len(self._buckets) - 1 and not bucket:
-            while self._buckets and not self._buckets[-1]:
-                self._buckets.pop()
-                self._max_count.pop()
+                if max_count[level] == old:
+                    max_count[level] = old - 1
+            if old > 1:
+                at_new = bucket.get(old - 1)
+                if at_new is None:
+                    bucket[old - 1] = {key: None}
+                else:
+                    at_new[key] = None
 
     def _add_running(self, keys: tuple[Key, ...]) -> None:
         refs = self._running_refs

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from feather_sched.request import Request
-from feather_sched.workloads.base import require_int, require_vocab, seed_streams
+from feather_sched.workloads.base import require_int, require_vocab
 
 __all__ = [
     "TraceFormatError",
@@ -171,7 +171,7 @@ def read_mooncake(
     path = Path(path)
     require_int("read_mooncake", "block_size", block_size, 1)
     require_vocab("read_mooncake", vocab_size)
-    seed_streams(seed)  # validates the seed the same way generators do
+    require_int("read_mooncake", "seed", seed, 0)
     blocks: dict[int, np.ndarray] = {}
 
     def block(hash_id: int) -> np.ndarray:

@@ -89,7 +89,9 @@ def _validate(obj: Any, kind: str, checks: _Checks) -> None:
         value = getattr(obj, fname)
         problem = check(value)
         if problem is not None:
-            raise ProfileError(f"{kind} profile {name!r}: field {fname!r} {problem} (got {value!r})")
+            raise ProfileError(
+                f"{kind} profile {name!r}: field {fname!r} {problem} (got {value!r})"
+            )
     sources = obj.sources
     if not isinstance(sources, Mapping):
         raise ProfileError(f"{kind} profile {name!r}: field 'sources' must be a mapping")
@@ -149,8 +151,8 @@ class _ProfileIO:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict (``sources`` as a dict), the format ``from_dict`` reads."""
-        out = dataclasses.asdict(self)  # type: ignore[call-overload]
-        out["sources"] = dict(self.sources)  # type: ignore[attr-defined]
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        out["sources"] = dict(out["sources"])
         return out
 
     def to_json(self, indent: int = 2) -> str:
@@ -161,7 +163,6 @@ class _ProfileIO:
         p = Path(path)
         p.write_text(self.to_json(), encoding="utf-8")
         return p
-
 
 
 # --------------------------------------------------------------------------- hardware
@@ -397,7 +398,9 @@ def _builtin_hardware() -> dict[str, HardwareProfile]:
 @cache
 def _builtin_models() -> dict[str, ModelProfile]:
     raw = _read_builtin("models.json")
-    return {k: ModelProfile.from_dict(v, name=k, origin="built-in models.json") for k, v in raw.items()}
+    return {
+        k: ModelProfile.from_dict(v, name=k, origin="built-in models.json") for k, v in raw.items()
+    }
 
 
 def list_hardware() -> list[str]:
@@ -435,9 +438,7 @@ def _load_file(cls: type, path: Path) -> Any:
     return cls.from_dict(data, name=name or path.stem, origin=str(path))
 
 
-def _load(
-    name_or_path: str | os.PathLike[str], builtins: dict[str, Any], cls: type
-) -> Any:
+def _load(name_or_path: str | os.PathLike[str], builtins: dict[str, Any], cls: type) -> Any:
     if isinstance(name_or_path, os.PathLike):
         return _load_file(cls, Path(name_or_path))
     if not isinstance(name_or_path, str):

@@ -174,9 +174,7 @@ class BatchShape:
         tok_max: dict[Hashable, int] = {}
         for i, blocks in enumerate(block_tables):
             ctx = len(blocks) * block_size if context_lens is None else context_lens[i]
-            if not (len(blocks) - 1) * block_size < ctx <= len(blocks) * block_size and (
-                blocks or ctx
-            ):
+            if not (len(blocks) - 1) * block_size < ctx <= len(blocks) * block_size:
                 raise ValueError(
                     f"sequence {i}: context length {ctx} does not fit {len(blocks)} blocks "
                     f"of {block_size}"

@@ -1,0 +1,193 @@
+"""`feather index-bench`: CPU cost of prefix detection, CHT vs token radix tree.
+
+Both indexes answer the same scheduling question on the same queue: "which waiting requests
+should the next prefill batch admit, best shared prefix first?".
+- Radix (SGLang's LPM pass): the tree holds the cached prefixes (every shared prefix plus the
+  running batch's prompts); match every waiting request against it, sort by matched length,
+  admit the top `batch`. Cost grows with queue length x prompt length.
+- CHT: repeatedly take the waiting request sharing the most chunks with the running batch and
+  admit it (index updated as it goes). Cost depends on the batch and the prompt's chunk count,
+  not on how many requests wait.
+Insert cost: CHT = one hashing pass + registering the chunk keys; radix = inserting the prompt
+into the tree (what SGLang does when it caches a request).
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from feather_sched.index.cht import ChunkedHashTree
+from feather_sched.index.radix import RadixTree
+
+
+@dataclass(frozen=True)
+class IndexBenchCase:
+    """One queue to measure: `queue` prompts of `prompt_tokens`, each one of `num_prefixes`
+    shared prefixes of `prefix_tokens` followed by a private random suffix."""
+
+    queue: int
+    prompt_tokens: int
+    prefix_tokens: int
+    num_prefixes: int = 100
+
+    def __post_init__(self) -> None:
+        if self.queue < 1 or self.num_prefixes < 1:
+            raise ValueError("queue and num_prefixes must be >= 1")
+        if not 0 <= self.prefix_tokens <= self.prompt_tokens:
+            raise ValueError("need 0 <= prefix_tokens <= prompt_tokens")
+
+
+@dataclass(frozen=True)
+class IndexBenchRow:
+    queue: int
+    prompt_tokens: int
+    prefix_tokens: int
+    chunk_size: int
+    decision_batch: int
+    cht_us_per_decision: float
+    radix_us_per_decision: float
+    cht_us_per_insert: float
+    radix_us_per_insert: float
+
+    @property
+    def decision_speedup(self) -> float:
+        return self.radix_us_per_decision / self.cht_us_per_decision
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["decision_speedup"] = round(self.decision_speedup, 1)
+        return d
+
+
+DEFAULT_CASES = (
+    IndexBenchCase(1_000, 2_000, 1_500),
+    IndexBenchCase(10_000, 2_000, 1_500),
+    IndexBenchCase(100_000, 2_000, 1_500),
+    IndexBenchCase(1_000, 20_000, 15_000),
+    IndexBenchCase(10_000, 20_000, 15_000),
+)
+
+
+def make_queue(case: IndexBenchCase, seed: int = 0) -> list[np.ndarray]:
+    """Prompts for one case, deterministic for a seed; prefix g serves requests i % num_prefixes."""
+    rng = np.random.default_rng(seed)
+    prefixes = rng.integers(0, 32_000, (case.num_prefixes, case.prefix_tokens), dtype=np.int32)
+    suffix_len = case.prompt_tokens - case.prefix_tokens
+    group = rng.integers(0, case.num_prefixes, case.queue)
+    out = []
+    for i in range(case.queue):
+        suffix = rng.integers(0, 32_000, suffix_len, dtype=np.int32)
+        out.append(np.concatenate([prefixes[group[i]], suffix]))
+    return out
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def run_case(
+    case: IndexBenchCase,
+    *,
+    chunk_size: int = 64,
+    batch: int = 32,
+    running: int = 32,
+    repeats: int = 5,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> IndexBenchRow:
+    """Measure one case. `running` requests of one group form the running batch first."""
+    say = progress or (lambda _msg: None)
+    say(f"queue {case.queue:,} x {case.prompt_tokens:,} tokens: generating")
+    prompts = make_queue(case, seed)
+    ids = [f"q{i}" for i in range(len(prompts))]
+
+    # ---- CHT: build the index (hash + add), which is the per-request insert cost
+    say("CHT insert")
+    cht = ChunkedHashTree(chunk_size)
+    gc.disable()
+    try:
+        t = _timed(lambda: [cht.add(rid, p) for rid, p in zip(ids, prompts)])
+    finally:
+        gc.enable()
+    cht_insert_us = t / len(prompts) * 1e6
+
+    # running batch: the oldest `running` members of the first request's group
+    prefix_chunks = max(1, case.prefix_tokens // chunk_size)
+    first_keys = cht.keys_of(ids[0])
+    group_key = first_keys[min(prefix_chunks, len(first_keys)) - 1]
+    running_ids = cht.group_members(group_key)[: min(running, case.queue - 1)]
+    for rid in running_ids:
+        cht.admit(rid)
+    digests = {rid: [k[1] for k in cht.keys_of(rid)] for rid in ids}
+
+    # ---- CHT decision: admit the next `batch` best candidates, FCFS when none shares a chunk
+    say("CHT decisions")
+    take = min(batch, cht.num_waiting)
+
+    def cht_decision() -> list[str]:
+        chosen = []
+        for _ in range(take):
+            cand = cht.best_candidate()
+            rid = cand.request_id if cand is not None else next(cht.waiting_ids())
+            cht.admit(rid)
+            chosen.append(rid)
+        return chosen
+
+    cht_times = []
+    for _ in range(max(repeats, 3) * 4):
+        start = time.perf_counter()
+        chosen = cht_decision()
+        cht_times.append(time.perf_counter() - start)
+        for rid in chosen:  # untimed: they finish and equivalent requests arrive again
+            cht.finish(rid)
+            cht.add(rid, digests=digests[rid])
+
+    # ---- radix: cached prefixes + running prompts in the tree; LPM pass over the queue
+    say("radix insert")
+    radix = RadixTree()
+    rng = np.random.default_rng(seed + 1)
+    prefixes = {p[: case.prefix_tokens].tobytes(): p[: case.prefix_tokens] for p in prompts}
+    for j, prefix in enumerate(prefixes.values()):
+        radix.insert(f"prefix{j}", prefix)
+    sample = rng.choice(len(prompts), size=min(len(prompts), 2_000), replace=False)
+    gc.disable()
+    try:
+        t = _timed(lambda: [radix.insert(ids[i], prompts[i]) for i in sample])
+    finally:
+        gc.enable()
+    radix_insert_us = t / len(sample) * 1e6
+    for i in sample:
+        radix.remove(ids[i])
+    for rid in running_ids:
+        if rid not in radix:
+            radix.insert(rid, prompts[int(rid[1:])])
+    waiting = [i for i, rid in enumerate(ids) if rid not in set(running_ids)]
+
+    def radix_decision() -> list[int]:
+        matched = [(radix.match_prefix(prompts[i]), i) for i in waiting]
+        matched.sort(key=lambda m: -m[0])
+        return [i for _, i in matched[:batch]]
+
+    say("radix LPM passes")
+    radix_decision()  # first pass may split edges; later passes see the settled tree
+    radix_times = [_timed(radix_decision) for _ in range(max(1, repeats))]
+
+    return IndexBenchRow(
+        queue=case.queue,
+        prompt_tokens=case.prompt_tokens,
+        prefix_tokens=case.prefix_tokens,
+        chunk_size=chunk_size,
+        decision_batch=take,
+        cht_us_per_decision=round(statistics.median(cht_times) * 1e6, 2),
+        radix_us_per_decision=round(statistics.median(radix_times) * 1e6, 2),
+        cht_us_per_insert=round(cht_insert_us, 2),
+        radix_us_per_insert=round(radix_insert_us, 2),
+    )
