@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from feather_sched.bench.suite import DEFAULT_POLICIES
 
 app = typer.Typer(
     help="Feather: prefix-homogeneity-aware scheduling for LLM serving.",
@@ -16,7 +19,7 @@ app = typer.Typer(
 )
 trace_app = typer.Typer(help="Inspect request traces (Mooncake JSONL or Feather JSONL).")
 app.add_typer(trace_app, name="trace")
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 150)
 
 
 @app.callback()
@@ -34,6 +37,102 @@ def _int_list(text: str, option: str) -> list[int]:
     if any(v < 1 for v in values):
         raise typer.BadParameter(f"{option} values must be >= 1, got {text!r}")
     return values
+
+
+@app.command("bench")
+def bench(
+    workload: list[str] = typer.Option(
+        None,
+        "--workload",
+        "-w",
+        help="Workload name or trace:PATH; repeat or comma-separate. Default: the built-in suite.",
+    ),
+    policies: str = typer.Option(
+        ",".join(DEFAULT_POLICIES), help="Comma-separated policies to compare."
+    ),
+    hardware: str = typer.Option("h100", help="Hardware profile name or JSON file."),
+    model: str = typer.Option("llama-3-8b", help="Model profile name or JSON file."),
+    kernel: str = typer.Option("paged", help="Attention kernel: paged or ideal."),
+    seed: int = typer.Option(0, help="Workload seed."),
+    max_num_seqs: int = typer.Option(256, min=1, help="Engine max running sequences."),
+    max_batched_tokens: int = typer.Option(8192, min=1, help="Engine token budget per step."),
+    num_kv_blocks: int | None = typer.Option(
+        None, min=1, help="KV cache blocks (default: sized from the hardware memory)."
+    ),
+    json_out: Path = typer.Option(Path("feather-bench.json"), "--json", help="JSON results."),
+    plot: Path = typer.Option(Path("feather-bench.png"), "--plot", help="PNG plot."),
+) -> None:
+    """Simulate every policy on every workload; print a table, write JSON and a plot."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from feather_sched.bench.machine import machine_info
+    from feather_sched.bench.report import plot_results, results_table
+    from feather_sched.bench.suite import DEFAULT_WORKLOADS, BenchSpec, run_bench
+    from feather_sched.sim.config import EngineConfig
+
+    names = [w.strip() for item in (workload or []) for w in item.split(",") if w.strip()]
+    try:
+        spec = BenchSpec(
+            workloads=names or list(DEFAULT_WORKLOADS),
+            policies=[p.strip() for p in policies.split(",") if p.strip()],
+            hardware=hardware,
+            model=model,
+            kernel=kernel,
+            seed=seed,
+            engine=EngineConfig(
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_batched_tokens,
+                num_kv_blocks=num_kv_blocks,
+            ),
+        )
+        spec.validate()
+        from feather_sched.sim.cost import StepCostModel
+
+        StepCostModel(hardware, model, kernel)  # fail fast on bad profiles
+    except ValueError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2) from None
+    total = len(spec.workloads) * spec.runs_per_workload()
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("simulating", total=total)
+
+        def tick(label: str) -> None:
+            progress.update(task, advance=1, description=label)
+
+        try:
+            rows = run_bench(spec, on_progress=tick)
+        except (ValueError, FileNotFoundError) as err:
+            progress.stop()
+            console.print(f"[red]error:[/red] {err}")
+            raise typer.Exit(2) from None
+    title = f"feather bench: {hardware} + {model}, {kernel} kernel, seed {seed}"
+    console.print(results_table(rows, title))
+    payload = {
+        "machine": machine_info(),
+        "config": {
+            "hardware": hardware,
+            "model": model,
+            "kernel": kernel,
+            "seed": seed,
+            "engine": {
+                "max_num_seqs": max_num_seqs,
+                "max_num_batched_tokens": max_batched_tokens,
+                "num_kv_blocks": num_kv_blocks,
+            },
+        },
+        "rows": rows,
+    }
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(json.dumps(payload, indent=2) + "\n")
+    plot_results(rows, plot, title)
+    console.print(f"wrote {json_out} and {plot}")
 
 
 @app.command("index-bench")

@@ -109,6 +109,7 @@ class ChunkedHashTree:
         self._waiting: dict[Key, dict[str, None]] = {}
         self._running_refs: dict[Key, int] = {}
         self._running: dict[str, None] = {}
+        self._running_roots = 0  # distinct level-0 keys among running requests
         # level -> count -> ordered set of keys whose waiting group has that size
         self._buckets: list[dict[int, dict[Key, None]]] = []
         self._max_count: list[int] = []
@@ -131,6 +132,11 @@ class ChunkedHashTree:
     @property
     def num_running(self) -> int:
         return len(self._running)
+
+    @property
+    def num_running_roots(self) -> int:
+        """Distinct first chunks among running requests: the batch's prefix groups."""
+        return self._running_roots
 
     def state(self, request_id: str) -> RequestState:
         return self._state[self._known(request_id)]
@@ -436,8 +442,11 @@ class ChunkedHashTree:
         for key in keys:
             n = refs.get(key, 0)
             refs[key] = n + 1
-            if n == 0 and key in waiting:
-                self._push_hot(key)
+            if n == 0:
+                if key[0] == 0:
+                    self._running_roots += 1
+                if key in waiting:
+                    self._push_hot(key)
 
     def _remove_running(self, keys: tuple[Key, ...]) -> None:
         refs = self._running_refs
@@ -447,6 +456,8 @@ class ChunkedHashTree:
                 refs[key] = n
             else:
                 del refs[key]
+                if key[0] == 0:
+                    self._running_roots -= 1
 
 
 def _deepest_true(n: int, pred) -> int:

@@ -191,6 +191,8 @@ class HardwareProfile(_ProfileIO):
     step_overhead_s: float
     reuse_exponent: float = 1.0
     per_seq_overhead_s: float = 0.0
+    memory_bytes: float = 0.0
+    """Device memory (HBM) in bytes; the simulator sizes the KV cache from it. 0 = unknown."""
     description: str = ""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -205,6 +207,7 @@ class HardwareProfile(_ProfileIO):
         "step_overhead_s": _non_negative,
         "reuse_exponent": _positive,
         "per_seq_overhead_s": _non_negative,
+        "memory_bytes": _non_negative,
         "description": _text,
     }
     #: Fields ``feather calibrate`` fits against measured step times.

@@ -1,0 +1,81 @@
+"""Tables and plots of `feather bench` rows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.table import Table
+
+_COLUMNS = (
+    ("output_tok_s", "out tok/s", "{:,.0f}"),
+    ("vs_fcfs", "vs fcfs", "{:.2f}x"),
+    ("mean_batch", "mean batch", "{:.1f}"),
+    ("mean_prefix_groups", "prefix groups", "{:.1f}"),
+    ("ttft_p50_s", "TTFT p50 s", "{:.2f}"),
+    ("ttft_p99_s", "TTFT p99 s", "{:.2f}"),
+    ("sched_us_per_step", "sched us/step", "{:.1f}"),
+    ("preemptions", "preempt", "{:d}"),
+)
+
+
+def _fmt(fmt: str, value) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def results_table(rows: Sequence[dict], title: str) -> Table:
+    """One row per (workload, policy); the best throughput per workload in bold."""
+    table = Table(title=title, show_lines=False)
+    table.add_column("workload", style="cyan")
+    table.add_column("policy")
+    for _, header, _ in _COLUMNS:
+        table.add_column(header, justify="right")
+    best = {}
+    for r in rows:
+        best[r["workload"]] = max(best.get(r["workload"], 0.0), r["output_tok_s"])
+    last = None
+    for r in rows:
+        if last is not None and r["workload"] != last:
+            table.add_section()
+        last = r["workload"]
+        cells = [_fmt(fmt, r.get(key)) for key, _, fmt in _COLUMNS]
+        if r["output_tok_s"] == best[r["workload"]]:
+            cells[0] = f"[bold green]{cells[0]}[/]"
+        extra = f" (cap {r['oracle_cap']})" if "oracle_cap" in r else ""
+        table.add_row(r["workload"], r["policy"] + extra, *cells)
+    return table
+
+
+def plot_results(rows: Sequence[dict], path: Path, title: str) -> Path:
+    """Grouped bars: output tokens/s per workload and policy, absolute and relative to FCFS."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    value = {(r["workload"], r["policy"]): r for r in rows}
+    x = np.arange(len(workloads))
+    width = 0.8 / max(1, len(policies))
+    fig, axes = plt.subplots(1, 2, figsize=(max(10, 2.4 * len(workloads) * 2), 4.8))
+    for ax, key, ylabel in (
+        (axes[0], "output_tok_s", "output tokens/s"),
+        (axes[1], "vs_fcfs", "throughput vs FCFS (x)"),
+    ):
+        for i, p in enumerate(policies):
+            ys = [value.get((w, p), {}).get(key) or 0.0 for w in workloads]
+            ax.bar(x + (i - (len(policies) - 1) / 2) * width, ys, width, label=p)
+        ax.set_xticks(x, workloads, rotation=15)
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_yscale("log")
+    axes[1].axhline(1.0, color="black", linewidth=0.8)
+    axes[1].legend(fontsize=8, ncol=2)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

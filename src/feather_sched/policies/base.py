@@ -1,0 +1,99 @@
+"""One interface for every admission policy: simulator and engine adapters alike.
+
+A scheduling step admits new requests after the running ones are served. The host (the
+simulator, or the vLLM/SGLang adapter) asks the policy for candidates in order and, for each,
+whether to ADD it or STOP; the host itself stops at the first candidate that does not fit
+(token budget, max sequences, KV blocks), as vLLM and SGLang both do. So a policy decides
+order and where to stop; the host owns memory and never lets a policy drop or duplicate a
+request.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import ClassVar, Protocol
+
+from feather_sched.index.cht import ChunkedHashTree
+from feather_sched.request import Request
+
+
+class SchedulerView(Protocol):
+    """What a policy may look at. Implemented by the simulator and by the engine adapters.
+
+    The view is live: after the host admits a candidate, `index`, `num_running` and
+    `waiting_ids()` already reflect it when the policy is asked for the next one.
+    """
+
+    @property
+    def now(self) -> float:
+        """Current time in seconds (simulated, or wall clock in an engine)."""
+        ...
+
+    @property
+    def index(self) -> ChunkedHashTree:
+        """The CHT over waiting and running requests."""
+        ...
+
+    @property
+    def block_size(self) -> int:
+        """KV block size of the host's prefix cache, in tokens."""
+        ...
+
+    @property
+    def max_num_seqs(self) -> int: ...
+
+    @property
+    def num_running(self) -> int: ...
+
+    @property
+    def num_waiting(self) -> int: ...
+
+    def waiting_ids(self) -> Iterator[str]:
+        """Waiting requests in the host's queue order (arrival order; preempted ones first)."""
+        ...
+
+    def request(self, request_id: str) -> Request: ...
+
+    def arrival_time(self, request_id: str) -> float:
+        """When the request entered the waiting queue (its effective arrival)."""
+        ...
+
+    def block_hashes(self, request_id: str) -> Sequence[int]:
+        """Chained hashes of the request's full prompt blocks (the prefix cache's keys)."""
+        ...
+
+    def cached_blocks(self, request_id: str) -> int:
+        """Leading prompt blocks of the request that the host's prefix cache holds now."""
+        ...
+
+
+class Policy(ABC):
+    """Admission order and stop rule. Subclasses set `name` and implement `candidates`."""
+
+    name: ClassVar[str]
+
+    def begin_step(self, view: SchedulerView) -> None:  # noqa: B027 - optional hook
+        """Called once per step before candidates are asked for (e.g. compute priorities)."""
+
+    @abstractmethod
+    def candidates(self, view: SchedulerView) -> Iterator[str]:
+        """Waiting request ids in the order to admit them.
+
+        Generated lazily: the host admits each yielded id before asking for the next, and
+        stops iterating when the step is full. Yield each waiting id at most once per step.
+        """
+
+    def accept(self, view: SchedulerView, request_id: str) -> bool:
+        """ADD (True) or STOP (False) for the candidate just yielded. Default: always ADD."""
+        return True
+
+    def end_step(self, view: SchedulerView, step_time: float, batch_size: int) -> None:  # noqa: B027
+        """Feedback after a step ran: its duration and how many sequences it served."""
+
+    def reset(self) -> None:  # noqa: B027 - optional hook
+        """Forget per-run state (a fresh simulation)."""
+
+
+class PolicyError(RuntimeError):
+    """A policy broke its contract (yielded an unknown or duplicate id)."""

@@ -1,0 +1,444 @@
+"""Iteration-level serving simulator: continuous batching over a paged, prefix-cached KV.
+
+Each step (as in vLLM V1's scheduler): running requests are served first in admission order
+(a decode token each, or the next prefill chunk), growing their KV and preempting the most
+recently admitted request by recompute when blocks run out; then, if nothing was preempted,
+the policy proposes waiting requests and the engine admits them until the token budget,
+`max_num_seqs` or the KV allocator stops it, or the policy says STOP. The cost model turns the
+batch's shape (tokens, KV read, sharing) into the step's duration; time advances; tokens are
+emitted; finished requests free their blocks.
+
+The engine checks its own books and fails loudly: every request finishes exactly once with
+exactly its output length; block refcounts stay consistent; nothing leaks at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from feather_sched.index.cht import ChunkedHashTree, chunk_digests
+from feather_sched.policies.base import Policy, PolicyError
+from feather_sched.request import Request
+from feather_sched.sim.config import EngineConfig
+from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
+from feather_sched.sim.kv_cache import PagedKVCache, block_hashes
+from feather_sched.sim.result import RequestRecord, SimResult, StepLog
+
+
+class SimulationError(RuntimeError):
+    """The simulation cannot continue or broke an invariant (a bug, or an impossible input)."""
+
+
+@dataclass(eq=False, slots=True)
+class _Seq:
+    req: Request
+    hashes: list[int]
+    released_at: float = 0.0
+    num_computed: int = 0
+    generated: int = 0
+    prefill_target: int = 0
+    prefilling: bool = True
+    first_token_at: float | None = None
+    finished_at: float | None = None
+    preemptions: int = 0
+    waited_from: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+class Simulator:
+    """One simulated engine run: `Simulator(...).run(requests)` -> SimResult."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        cost: StepCostModel,
+        config: EngineConfig | None = None,
+        progress=None,
+    ) -> None:
+        self.policy = policy
+        self.cost = cost
+        self.config = config or EngineConfig()
+        self._progress = progress
+        c = self.config
+        self.kv = PagedKVCache(
+            c.kv_blocks(cost.hardware, cost.model), c.block_size, c.enable_prefix_caching
+        )
+        self.num_kv_blocks = self.kv.num_free_blocks
+        self.index = ChunkedHashTree(c.index_chunk_size)
+        self._now = 0.0
+        self._waiting: dict[str, _Seq] = {}
+        self._running: dict[str, _Seq] = {}
+        self._seqs: dict[str, _Seq] = {}
+
+    # ------------------------------------------------------------------ SchedulerView
+    @property
+    def now(self) -> float:
+        return self._now
+
+    @property
+    def block_size(self) -> int:
+        return self.config.block_size
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.config.max_num_seqs
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    def waiting_ids(self) -> Iterator[str]:
+        return iter(self._waiting)
+
+    def request(self, request_id: str) -> Request:
+        return self._seqs[request_id].req
+
+    def arrival_time(self, request_id: str) -> float:
+        return self._seqs[request_id].released_at
+
+    def block_hashes(self, request_id: str) -> Sequence[int]:
+        return self._seqs[request_id].hashes
+
+    def cached_blocks(self, request_id: str) -> int:
+        seq = self._seqs[request_id]
+        if not self.config.enable_prefix_caching:
+            return 0
+        target = seq.req.prompt_len + seq.generated
+        return self.kv.prefix_hit_tokens_lookup(seq.hashes, target) // self.config.block_size
+
+    # ------------------------------------------------------------------ run
+    def run(self, requests: Sequence[Request]) -> SimResult:
+        cfg = self.config
+        ids = [r.request_id for r in requests]
+        if len(set(ids)) != len(ids):
+            seen: set[str] = set()
+            dup = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+            raise ValueError(f"duplicate request id {dup!r} in the workload")
+        self.policy.reset()
+        order = sorted(requests, key=lambda r: r.arrival_time)
+        deps = {r.request_id: r.meta.get("depends_on") for r in order if r.meta.get("depends_on")}
+        id_set = set(ids)
+        for rid, dep in deps.items():
+            if dep not in id_set:
+                raise ValueError(f"request {rid!r} depends on unknown request {dep!r}")
+        pending = list(order)  # not yet released, in arrival order
+        blocked: dict[str, list[Request]] = {}  # dependency id -> requests waiting on it
+        released = 0
+        cursor = 0
+        steps = StepLog()
+        records: list[RequestRecord] = []
+        sched_time = 0.0
+        engine_admit_time = 0.0
+        forced = 0
+        num_preempt = 0
+        wall_start = time.perf_counter()
+        total = len(order)
+        finished = 0
+        self._now = order[0].arrival_time if order else 0.0
+        step_idx = 0
+
+        def release(req: Request, at: float) -> None:
+            nonlocal released
+            seq = _Seq(req, block_hashes(req.prompt, cfg.block_size), released_at=at)
+            seq.prefill_target = req.prompt_len
+            seq.waited_from = at
+            self._seqs[req.request_id] = seq
+            self._waiting[req.request_id] = seq
+            self.index.add(req.request_id, digests=chunk_digests(req.prompt, cfg.index_chunk_size))
+            released += 1
+
+        while finished < total:
+            step_idx += 1
+            if step_idx > cfg.max_steps:
+                raise SimulationError(f"exceeded max_steps={cfg.max_steps}")
+            # ---- arrivals
+            while cursor < len(pending) and pending[cursor].arrival_time <= self._now:
+                req = pending[cursor]
+                cursor += 1
+                dep = deps.get(req.request_id)
+                dep_seq = self._seqs.get(dep) if dep is not None else None
+                if dep is not None and (dep_seq is None or dep_seq.finished_at is None):
+                    blocked.setdefault(dep, []).append(req)  # released when `dep` finishes
+                else:
+                    release(req, req.arrival_time)
+            if not self._running and not self._waiting:
+                if cursor < len(pending):
+                    self._now = max(self._now, pending[cursor].arrival_time)
+                    continue
+                raise SimulationError(
+                    f"{total - finished} requests can never run (blocked on dependencies: "
+                    f"{sorted(blocked)[:5]})"
+                )
+
+            # ---- serve running requests first
+            budget = cfg.max_num_batched_tokens
+            scheduled: list[tuple[_Seq, int]] = []
+            preempted = False
+            running = self._running
+            for rid in list(running):
+                seq = running.get(rid)
+                if seq is None:  # preempted earlier in this loop
+                    continue
+                if budget <= 0:
+                    break
+                need = min(seq.prefill_target - seq.num_computed, budget) if seq.prefilling else 1
+                while not self.kv.grow(rid, seq.num_computed + need):
+                    victim_id = next(reversed(running))
+                    self._preempt(victim_id)
+                    num_preempt += 1
+                    preempted = True
+                    if victim_id == rid:
+                        break
+                if rid not in running:
+                    continue
+                if seq.prefilling:
+                    self._commit(seq, seq.num_computed + need)
+                scheduled.append((seq, need))
+                budget -= need
+
+            # ---- admit waiting requests
+            # (vLLM admits nothing in a step that preempted, unless nothing is left running)
+            can_admit = not preempted or not running
+            if can_admit and self._waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+                t0 = time.perf_counter()
+                policy_s = self._admit(budget, scheduled)
+                sched_time += policy_s
+                engine_admit_time += time.perf_counter() - t0 - policy_s
+                if not running and self._waiting:
+                    # The policy admitted nothing while nothing runs: never stall. Admit the
+                    # queue head (what FCFS would do) and count it.
+                    head = next(iter(self._waiting))
+                    if not self._try_admit(head, cfg.max_num_batched_tokens, scheduled):
+                        seq = self._waiting[head]
+                        raise SimulationError(
+                            f"request {head!r} ({seq.prefill_target} tokens) does not fit in an "
+                            f"empty KV cache of {self.kv.num_free_blocks} blocks x "
+                            f"{cfg.block_size} tokens"
+                        )
+                    forced += 1
+            if not scheduled:
+                raise SimulationError("no request could be scheduled in a step (engine stalled)")
+
+            # ---- cost of the step
+            num_decode = 0
+            prefill_tokens = 0
+            prefill_pairs = 0
+            logical = 0
+            prefill_seqs = 0
+            for seq, n in scheduled:
+                if seq.prefilling:
+                    prefill_tokens += n
+                    prefill_seqs += 1
+                    prefill_pairs += n * seq.num_computed + n * (n + 1) // 2
+                    logical += seq.num_computed + n
+                else:
+                    num_decode += 1
+                    logical += seq.num_computed + 1
+            bs = cfg.block_size
+            shape = BatchShape(
+                num_decode=num_decode,
+                num_prefill_tokens=prefill_tokens,
+                prefill_attn_pairs=prefill_pairs,
+                logical_kv_tokens=logical,
+                unique_kv_tokens=min(logical, self.kv.num_used_blocks * bs),
+                shared_unique_kv_tokens=self.kv.shared_blocks * bs,
+                shared_logical_kv_tokens=self.kv.shared_refs * bs,
+                num_prefill_seqs=prefill_seqs,
+            )
+            cost = self.cost.breakdown(shape)
+            dt = cost.total_s
+            self._now += dt
+            steps.append(
+                self._now,
+                dt,
+                len(scheduled),
+                num_decode,
+                prefill_tokens,
+                self.index.num_running_roots,
+                cost.kv_bytes_read,
+            )
+
+            # ---- emit tokens, finish requests
+            for seq, n in scheduled:
+                rid = seq.req.request_id
+                seq.num_computed += n
+                if seq.prefilling:
+                    if seq.num_computed < seq.prefill_target:
+                        continue
+                    seq.prefilling = False
+                    if seq.first_token_at is None:
+                        seq.first_token_at = self._now
+                seq.generated += 1
+                if seq.generated >= seq.req.output_len:
+                    self._finish(seq)
+                    finished += 1
+                    records.append(self._record(seq))
+                    for dep_req in blocked.pop(rid, ()):
+                        release(dep_req, max(dep_req.arrival_time, self._now))
+
+            self.policy.end_step(self, dt, len(scheduled))
+            if cfg.check_invariants_every and step_idx % cfg.check_invariants_every == 0:
+                self.kv.check_invariants()
+            if self._progress is not None and step_idx % 256 == 0:
+                self._progress(finished, total)
+
+        self._check_end(records, total)
+        return SimResult(
+            policy=self.policy.name,
+            records=records,
+            steps=steps.to_arrays(),
+            sched_cpu_s=sched_time,
+            wall_s=time.perf_counter() - wall_start,
+            preemptions=num_preempt,
+            forced_admissions=forced,
+            prefix_hit_rate=self.kv.prefix_cache_hit_rate,
+            num_kv_blocks=self.num_kv_blocks,
+            extra={"engine_admit_us_per_step": engine_admit_time / max(1, step_idx) * 1e6},
+        )
+
+    # ------------------------------------------------------------------ internals
+    def _admit(self, budget: int, scheduled: list[tuple[_Seq, int]]) -> float:
+        """Ask the policy for candidates; admit until the policy or the budgets stop it.
+
+        Returns the CPU seconds spent inside the policy (begin_step, producing candidates,
+        ADD/STOP), which is what `sched_us_per_step` reports; the engine's own bookkeeping
+        (KV allocation, index updates) is timed separately.
+        """
+        cfg = self.config
+        policy = self.policy
+        clock = time.perf_counter
+        t0 = clock()
+        policy.begin_step(self)
+        spent = clock() - t0
+        seen: set[str] = set()
+        candidates = policy.candidates(self)
+        try:
+            while True:
+                t0 = clock()
+                rid = next(candidates, None)
+                spent += clock() - t0
+                if rid is None:
+                    break
+                if rid in seen or rid not in self._waiting:
+                    why = "twice in one step" if rid in seen else "that is not waiting"
+                    raise PolicyError(f"policy {policy.name!r} proposed {rid!r} {why}")
+                seen.add(rid)
+                if len(self._running) >= cfg.max_num_seqs or budget <= 0:
+                    break
+                t0 = clock()
+                add = policy.accept(self, rid)
+                spent += clock() - t0
+                if not add:
+                    break
+                before = len(scheduled)
+                if not self._try_admit(rid, budget, scheduled):
+                    break
+                budget -= scheduled[before][1]
+        finally:
+            close = getattr(candidates, "close", None)
+            if close is not None:
+                close()
+        return spent
+
+    def _try_admit(self, rid: str, budget: int, scheduled: list[tuple[_Seq, int]]) -> bool:
+        cfg = self.config
+        seq = self._waiting[rid]
+        target = seq.prefill_target
+        hit = (
+            self.kv.prefix_hit_tokens_lookup(seq.hashes, target) if cfg.enable_prefix_caching else 0
+        )
+        todo = target - hit
+        if todo > budget and not cfg.enable_chunked_prefill:
+            return False
+        n = min(todo, budget)
+        got = self.kv.allocate(rid, seq.hashes, hit + n, target)
+        if got is None:
+            return False
+        if got != hit:
+            raise SimulationError(f"prefix cache probe said {hit} hit tokens, allocate gave {got}")
+        seq.num_computed = hit
+        seq.prefilling = True
+        self._commit(seq, hit + n)
+        del self._waiting[rid]
+        self._running[rid] = seq
+        self.index.admit(rid)
+        scheduled.append((seq, n))
+        return True
+
+    def _commit(self, seq: _Seq, scheduled_tokens: int) -> None:
+        """Register the prompt's full blocks scheduled so far in the prefix cache.
+
+        As vLLM V1 does (`KVCacheManager.allocate_slots` caches up to num_computed +
+        num_new_tokens at scheduling time): a request admitted later in the same step can
+        already hit them, because every layer writes the batch's new KV before attending.
+        """
+        if self.config.enable_prefix_caching:
+            self.kv.commit_full_blocks(
+                seq.req.request_id, seq.hashes, min(scheduled_tokens, seq.req.prompt_len)
+            )
+
+    def _preempt(self, rid: str) -> None:
+        """Recompute preemption: drop the KV, requeue at the front (as vLLM does)."""
+        seq = self._running.pop(rid)
+        self.kv.free(rid)
+        self.index.preempt(rid)
+        seq.num_computed = 0
+        seq.prefilling = True
+        seq.prefill_target = seq.req.prompt_len + seq.generated
+        seq.preemptions += 1
+        self._waiting = {rid: seq, **self._waiting}
+
+    def _finish(self, seq: _Seq) -> None:
+        rid = seq.req.request_id
+        if seq.finished_at is not None:
+            raise SimulationError(f"request {rid!r} finished twice")
+        seq.finished_at = self._now
+        del self._running[rid]
+        self.kv.free(rid)
+        self.index.finish(rid)
+
+    def _record(self, seq: _Seq) -> RequestRecord:
+        assert seq.first_token_at is not None and seq.finished_at is not None
+        return RequestRecord(
+            request_id=seq.req.request_id,
+            arrival=seq.released_at,
+            first_token=seq.first_token_at,
+            finish=seq.finished_at,
+            prompt_len=seq.req.prompt_len,
+            output_len=seq.generated,
+            preemptions=seq.preemptions,
+        )
+
+    def _check_end(self, records: list[RequestRecord], total: int) -> None:
+        ids = [r.request_id for r in records]
+        if len(ids) != total or len(set(ids)) != total:
+            raise SimulationError(f"{len(set(ids))} of {total} requests finished")
+        for seq in self._seqs.values():
+            if seq.generated != seq.req.output_len:
+                raise SimulationError(
+                    f"request {seq.req.request_id!r} generated {seq.generated} tokens, "
+                    f"expected {seq.req.output_len}"
+                )
+        if self._running or self._waiting:
+            raise SimulationError("requests left in the queues at the end")
+        self.kv.check_invariants()
+        self.kv.assert_empty()
+        if not self.index.is_empty():
+            raise SimulationError("prefix index not empty at the end")
+
+
+def simulate(
+    requests: Sequence[Request],
+    policy: Policy,
+    cost: StepCostModel,
+    config: EngineConfig | None = None,
+    progress=None,
+) -> SimResult:
+    """Run one simulation (a fresh engine) and return its result."""
+    return Simulator(policy, cost, config, progress).run(requests)

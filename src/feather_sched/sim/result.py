@@ -1,0 +1,104 @@
+"""What a simulation records, and the summary numbers `feather bench` reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    request_id: str
+    arrival: float
+    first_token: float
+    finish: float
+    prompt_len: int
+    output_len: int
+    preemptions: int = 0
+
+    @property
+    def ttft(self) -> float:
+        return self.first_token - self.arrival
+
+
+class StepLog:
+    """Per-step series, appended cheaply (plain lists) and frozen into numpy at the end."""
+
+    FIELDS = ("time", "duration", "batch", "decodes", "prefill_tokens", "groups", "kv_bytes")
+
+    def __init__(self) -> None:
+        self._cols: tuple[list, ...] = tuple([] for _ in self.FIELDS)
+
+    def append(self, *values: float) -> None:
+        for col, v in zip(self._cols, values, strict=True):
+            col.append(v)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {name: np.asarray(col) for name, col in zip(self.FIELDS, self._cols)}
+
+
+@dataclass
+class SimResult:
+    policy: str
+    records: list[RequestRecord]
+    steps: dict[str, np.ndarray]
+    sched_cpu_s: float
+    wall_s: float
+    preemptions: int
+    forced_admissions: int
+    prefix_hit_rate: float
+    num_kv_blocks: int
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.steps["time"].size)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.output_len for r in self.records)
+
+    @property
+    def makespan_s(self) -> float:
+        if not self.records:
+            return 0.0
+        return max(r.finish for r in self.records) - min(r.arrival for r in self.records)
+
+    @property
+    def output_tok_s(self) -> float:
+        span = self.makespan_s
+        return self.output_tokens / span if span > 0 else 0.0
+
+    def summary(self) -> dict[str, float | int | str]:
+        """The numbers `feather bench` reports for one (policy, workload) run."""
+        ttft = np.array([r.ttft for r in self.records])
+        latency = np.array([r.finish - r.arrival for r in self.records])
+        batch = self.steps["batch"]
+        dur = self.steps["duration"]
+        steps = max(1, self.num_steps)
+        return {
+            "policy": self.policy,
+            "requests": len(self.records),
+            "output_tokens": self.output_tokens,
+            "makespan_s": round(self.makespan_s, 4),
+            "output_tok_s": round(self.output_tok_s, 2),
+            "mean_batch": round(float(batch.mean()), 2) if batch.size else 0.0,
+            "time_weighted_batch": round(float((batch * dur).sum() / dur.sum()), 2)
+            if dur.sum() > 0
+            else 0.0,
+            "mean_prefix_groups": round(float(self.steps["groups"].mean()), 2)
+            if batch.size
+            else 0.0,
+            "mean_step_ms": round(float(dur.mean()) * 1e3, 4) if dur.size else 0.0,
+            "ttft_p50_s": round(float(np.percentile(ttft, 50)), 4) if ttft.size else 0.0,
+            "ttft_p99_s": round(float(np.percentile(ttft, 99)), 4) if ttft.size else 0.0,
+            "latency_p50_s": round(float(np.percentile(latency, 50)), 4) if latency.size else 0.0,
+            "sched_us_per_step": round(self.sched_cpu_s / steps * 1e6, 2),
+            "steps": self.num_steps,
+            "preemptions": self.preemptions,
+            "forced_admissions": self.forced_admissions,
+            "prefix_hit_rate": round(self.prefix_hit_rate, 4),
+            "sim_wall_s": round(self.wall_s, 3),
+            **{k: round(v, 3) if isinstance(v, float) else v for k, v in self.extra.items()},
+        }
