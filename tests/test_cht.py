@@ -143,6 +143,8 @@ class CHTAgainstRadix(RuleBasedStateMachine):
         for rid in self.cht.running_ids():
             assert rid in self.radix_running
             assert self.cht.state(rid) is RequestState.RUNNING
+        roots = {self.cht.keys_of(r)[0] for r in self.cht.running_ids() if self.cht.keys_of(r)}
+        assert self.cht.num_running_roots == len(roots)
 
     @invariant()
     def shared_prefix_lengths_agree(self) -> None:
