@@ -23,7 +23,16 @@ DEFAULT_WORKLOADS: dict[str, dict] = {
     "document-qa": {},
     "no-sharing": {},
 }
-DEFAULT_POLICIES = ["fcfs", "lpm", "dfs-weight", "lof", "random", "max-homogeneous", "oracle"]
+DEFAULT_POLICIES = [
+    "fcfs",
+    "lpm",
+    "dfs-weight",
+    "lof",
+    "random",
+    "max-homogeneous",
+    "feather",
+    "oracle",
+]
 BASELINE = "fcfs"
 
 

@@ -16,6 +16,7 @@ _POLICIES: dict[str, str] = {
     "random": "feather_sched.policies.sglang:RandomPolicy",
     "max-homogeneous": "feather_sched.policies.homogeneous:MaxHomogeneousPolicy",
     "grouped": "feather_sched.policies.grouped:GroupedPolicy",
+    "feather": "feather_sched.policies.feather:FeatherPolicy",
 }
 
 

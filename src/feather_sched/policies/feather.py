@@ -1,0 +1,194 @@
+"""Feather: learn, online, when to stop growing a batch (the paper's policy).
+
+Candidates come from the CHT (the waiting request sharing the most chunks with the running
+batch; the oldest waiting one when none shares anything). For each, a contextual bandit picks
+ADD or STOP from a small discrete state (`features.DecisionState`: batch-size bin, bin of
+shared-prefix chunks the candidate would bring in, bin of its waiting group's size), with UCB
+exploration. When the candidate loses no prefix (it joins a running prefix, shares nothing
+with anyone, or the batch is empty) it is added without asking.
+
+Reward = batch size / step time (tokens per second), credited to a decision as the
+time-weighted throughput of the `horizon` engine steps that follow it; rewards are scaled by
+the largest step throughput seen so far so that one exploration constant fits any hardware.
+The table can be saved and loaded so a deployment starts warm. A request waiting longer than
+`max_wait_s` is admitted first and regardless of the bandit, so nothing starves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+
+from feather_sched.policies.base import Policy, SchedulerView
+from feather_sched.policies.features import DecisionState, decision_state
+from feather_sched.policies.grouped import grouped_candidates
+
+ADD, STOP = 0, 1
+_STATE_VERSION = 1
+
+
+class BanditTable:
+    """Per-state counts and mean rewards for ADD and STOP, with UCB1 action choice."""
+
+    def __init__(self, exploration: float = 0.15) -> None:
+        self.exploration = exploration
+        self.stats: dict[tuple[int, ...], list[float]] = {}  # [n_add, q_add, n_stop, q_stop]
+
+    def choose(self, key: tuple[int, ...]) -> int:
+        n_add, q_add, n_stop, q_stop = self.stats.get(key, (0, 0.0, 0, 0.0))
+        if n_add == 0:
+            return ADD  # try the cheap default first
+        if n_stop == 0:
+            return STOP
+        total = math.log(n_add + n_stop)
+        ucb_add = q_add + self.exploration * math.sqrt(total / n_add)
+        ucb_stop = q_stop + self.exploration * math.sqrt(total / n_stop)
+        return ADD if ucb_add >= ucb_stop else STOP
+
+    def greedy(self, key: tuple[int, ...]) -> int:
+        n_add, q_add, n_stop, q_stop = self.stats.get(key, (0, 0.0, 0, 0.0))
+        return STOP if n_stop and (not n_add or q_stop > q_add) else ADD
+
+    def update(self, key: tuple[int, ...], action: int, reward: float) -> None:
+        row = self.stats.setdefault(key, [0, 0.0, 0, 0.0])
+        i = 2 * action
+        row[i] += 1
+        row[i + 1] += (reward - row[i + 1]) / row[i]
+
+    def to_dict(self) -> dict:
+        return {",".join(map(str, k)): v for k, v in self.stats.items()}
+
+    @classmethod
+    def from_dict(cls, data: dict, exploration: float) -> BanditTable:
+        table = cls(exploration)
+        for k, v in data.items():
+            key = tuple(int(x) for x in k.split(","))
+            if len(v) != 4:
+                raise ValueError(f"bad bandit row for state {k!r}: {v!r}")
+            table.stats[key] = [int(v[0]), float(v[1]), int(v[2]), float(v[3])]
+        return table
+
+
+class FeatherPolicy(Policy):
+    name = "feather"
+
+    def __init__(
+        self,
+        exploration: float = 0.15,
+        horizon: int = 32,
+        max_wait_s: float = 60.0,
+        learn: bool = True,
+        policy_state: str | Path | None = None,
+    ) -> None:
+        if horizon < 1:
+            raise ValueError(f"horizon must be >= 1, got {horizon}")
+        if max_wait_s <= 0:
+            raise ValueError(f"max_wait_s must be > 0, got {max_wait_s}")
+        self.exploration = exploration
+        self.horizon = horizon
+        self.max_wait_s = max_wait_s
+        self.learn = learn
+        self.table = BanditTable(exploration)
+        self.reward_scale = 0.0
+        if policy_state is not None:
+            self.load(policy_state)
+        self.history: list[tuple[int, float]] = []  # (decisions so far, window reward) curve
+        self._reset_run()
+
+    # ------------------------------------------------------------------ Policy
+    def reset(self) -> None:
+        """A new run keeps what was learned (online learning across runs) but not the
+        run's pending windows."""
+        self._reset_run()
+
+    def _reset_run(self) -> None:
+        self._step = 0
+        self._cum_tokens = 0.0
+        self._cum_time = 0.0
+        self._pending: deque[tuple[int, float, float, tuple[int, ...], int]] = deque()
+        self._forced: set[str] = set()
+        self.decisions = 0
+        self.stops = 0
+        self.starvation_admits = 0
+
+    def candidates(self, view: SchedulerView) -> Iterator[str]:
+        # Starvation guard: queue order is arrival order, so starving requests are at its head.
+        self._forced.clear()
+        now = view.now
+        for rid in list(view.waiting_ids()):
+            if now - view.arrival_time(rid) <= self.max_wait_s:
+                break
+            self._forced.add(rid)
+        for rid in list(self._forced):
+            yield rid
+        yield from grouped_candidates(view)
+
+    def accept(self, view: SchedulerView, request_id: str) -> bool:
+        if request_id in self._forced:
+            self.starvation_admits += 1
+            return True
+        state = decision_state(view.index, request_id)
+        if state.batch == 0 or state.lost_chunks == 0:
+            return True
+        return self.decide(state) == ADD
+
+    def decide(self, state: DecisionState) -> int:
+        """ADD or STOP for a state where a prefix would be lost; records it for credit."""
+        key = state.bins()
+        action = self.table.choose(key) if self.learn else self.table.greedy(key)
+        self.decisions += 1
+        if action == STOP:
+            self.stops += 1
+        if self.learn:
+            self._pending.append((self._step, self._cum_tokens, self._cum_time, key, action))
+        return action
+
+    def end_step(self, view: SchedulerView, step_time: float, batch_size: int) -> None:
+        if step_time <= 0:
+            return
+        self._step += 1
+        self._cum_tokens += batch_size
+        self._cum_time += step_time
+        throughput = batch_size / step_time
+        if throughput > self.reward_scale:
+            self.reward_scale = throughput
+        pending = self._pending
+        while pending and self._step - pending[0][0] >= self.horizon:
+            _, tokens0, time0, key, action = pending.popleft()
+            window = (self._cum_tokens - tokens0) / (self._cum_time - time0)
+            reward = window / self.reward_scale
+            self.table.update(key, action, reward)
+            self.history.append((self.decisions, window))
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        payload = {
+            "version": _STATE_VERSION,
+            "policy": self.name,
+            "exploration": self.exploration,
+            "horizon": self.horizon,
+            "reward_scale": self.reward_scale,
+            "table": self.table.to_dict(),
+        }
+        path.write_text(json.dumps(payload, indent=1) + "\n")
+        return path
+
+    def load(self, path: str | Path) -> None:
+        path = Path(path)
+        try:
+            payload = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"policy state file not found: {path}") from None
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not a Feather policy state (bad JSON: {err})") from None
+        if payload.get("policy") != self.name or payload.get("version") != _STATE_VERSION:
+            raise ValueError(
+                f"{path}: not a version-{_STATE_VERSION} {self.name!r} policy state "
+                f"(policy={payload.get('policy')!r}, version={payload.get('version')!r})"
+            )
+        self.table = BanditTable.from_dict(payload["table"], self.exploration)
+        self.reward_scale = float(payload.get("reward_scale", 0.0))

@@ -1,0 +1,61 @@
+"""The decision state Feather's learners see, computed from the CHT in O(log chunks).
+
+For a candidate about to join the running batch:
+- batch: how many requests run now;
+- lost: chunks of the candidate's *shared* prefix (the part it shares with other waiting
+  requests or with the batch) that the running batch does not hold yet. Admitting it would
+  bring that prefix into every decode step's working set, splitting the batch's cache reuse.
+  A candidate that joins a prefix already running, or that shares nothing with anyone (no
+  sharing to lose), has lost == 0;
+- group: how many waiting requests share that prefix (how much a later, homogeneous batch of
+  its own could hold).
+Bins are logarithmic so one table covers batches of 1 to 1,000 and prompts of any length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from feather_sched.index.cht import ChunkedHashTree
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionState:
+    batch: int
+    lost_chunks: int
+    group: int
+    matched_chunks: int
+
+    def bins(self) -> tuple[int, int, int]:
+        return (log2_bin(self.batch, 9), log2_bin(self.lost_chunks, 8), log2_bin(self.group, 8))
+
+
+def log2_bin(value: int, top: int) -> int:
+    """0 -> 0, 1 -> 1, 2-3 -> 2, 4-7 -> 3, ... capped at `top`."""
+    return min(top, int(value).bit_length())
+
+
+def shared_depth(index: ChunkedHashTree, request_id: str) -> int:
+    """Deepest chunk level this request shares with at least one other waiting request
+    (group sizes only shrink with depth, so this is a binary search)."""
+    keys = index.keys_of(request_id)
+    lo, hi = 0, len(keys)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if index.group_size(request_id, mid) >= 2:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def decision_state(index: ChunkedHashTree, request_id: str) -> DecisionState:
+    matched = index.matched_chunks(request_id)
+    depth = max(matched, shared_depth(index, request_id))
+    group = index.group_size(request_id, depth) if depth else 1
+    return DecisionState(
+        batch=index.num_running,
+        lost_chunks=depth - matched,
+        group=group,
+        matched_chunks=matched,
+    )

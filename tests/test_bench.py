@@ -1,0 +1,84 @@
+"""`feather bench` end to end on a small trace, through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from typer.testing import CliRunner
+
+from feather_sched import Request
+from feather_sched.cli import app
+from feather_sched.workloads.traces import write_jsonl
+
+runner = CliRunner()
+
+
+def _trace(path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    prefixes = [rng.integers(0, 1000, 512) for _ in range(3)]
+    reqs = [
+        Request(f"t{i}", np.r_[prefixes[i % 3], rng.integers(0, 1000, 8)], 6, 0.0)
+        for i in range(30)
+    ]
+    write_jsonl(path, reqs)
+    return path
+
+
+def test_bench_writes_json_and_plot(tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "t.jsonl")
+    out, png = tmp_path / "out.json", tmp_path / "out.png"
+    result = runner.invoke(
+        app,
+        [
+            "bench",
+            "-w",
+            f"trace:{trace}",
+            "--policies",
+            "fcfs,grouped,feather,oracle",
+            "--max-num-seqs",
+            "8",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(out.read_text())
+    rows = payload["rows"]
+    assert [r["policy"] for r in rows] == ["fcfs", "grouped", "feather", "oracle"]
+    for r in rows:
+        assert r["workload"] == f"trace:{trace}"
+        assert r["requests"] == 30 and r["output_tokens"] == 180
+        assert r["output_tok_s"] > 0 and r["mean_batch"] > 0
+    assert rows[0]["vs_fcfs"] == 1.0
+    assert rows[-1]["oracle_cap"] in (2, 4, 8)
+    assert png.stat().st_size > 1000
+    assert payload["config"]["hardware"] == "h100"
+
+
+def test_bench_rejects_unknown_policy_and_workload(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["bench", "--policies", "fcfs,nope"])
+    assert result.exit_code == 2
+    assert "unknown policies ['nope']" in result.output
+    result = runner.invoke(
+        app,
+        [
+            "bench",
+            "-w",
+            "no-such-workload",
+            "--policies",
+            "fcfs",
+            "--json",
+            str(tmp_path / "x.json"),
+            "--plot",
+            str(tmp_path / "x.png"),
+        ],
+    )
+    assert result.exit_code == 2
+    assert "no-such-workload" in result.output
+    result = runner.invoke(app, ["bench", "--hardware", "tpu9", "--policies", "fcfs"])
+    assert result.exit_code == 2
+    assert "tpu9" in result.output
