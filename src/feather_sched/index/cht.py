@@ -259,6 +259,10 @@ class ChunkedHashTree:
             return 0
         return len(self._waiting.get(keys[chunks - 1], ()))
 
+    def running_count(self, key: Key) -> int:
+        """Running requests holding `key` (sharing that prefix)."""
+        return self._running_refs.get(key, 0)
+
     def group_members(self, key: Key) -> list[str]:
         """Waiting ids holding `key`, oldest first."""
         return list(self._waiting.get(key, ()))

@@ -88,8 +88,11 @@ class Policy(ABC):
         """ADD (True) or STOP (False) for the candidate just yielded. Default: always ADD."""
         return True
 
-    def end_step(self, view: SchedulerView, step_time: float, batch_size: int) -> None:  # noqa: B027
-        """Feedback after a step ran: its duration and how many sequences it served."""
+    def end_step(  # noqa: B027 - optional hook
+        self, view: SchedulerView, step_time: float, batch_size: int, prefill_tokens: int = 0
+    ) -> None:
+        """Feedback after a step ran: its duration, how many sequences it served, and how
+        many of its tokens were prefill (hosts that cannot tell pass 0)."""
 
     def reset(self) -> None:  # noqa: B027 - optional hook
         """Forget per-run state (a fresh simulation)."""

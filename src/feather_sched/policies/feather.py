@@ -8,8 +8,10 @@ exploration. When the candidate loses no prefix (it joins a running prefix, shar
 with anyone, or the batch is empty) it is added without asking.
 
 Reward = batch size / step time (tokens per second), credited to a decision as the
-time-weighted throughput of the `horizon` engine steps that follow it; rewards are scaled by
-the largest step throughput seen so far so that one exploration constant fits any hardware.
+time-weighted throughput of the `horizon` decode-dominated engine steps after the one it was
+made in (steps mostly spent on prefill are skipped: they are a one-off cost); UCB
+compares means scaled by the largest step throughput seen so far, so that one exploration
+constant fits any hardware.
 The table can be saved and loaded so a deployment starts warm. A request waiting longer than
 `max_wait_s` is admitted first and regardless of the bandit, so nothing starves.
 """
@@ -27,36 +29,59 @@ from feather_sched.policies.features import DecisionState, decision_state
 from feather_sched.policies.grouped import grouped_candidates
 
 ADD, STOP = 0, 1
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 
 
 class BanditTable:
-    """Per-state counts and mean rewards for ADD and STOP, with UCB1 action choice."""
+    """Per-state ADD/STOP statistics and the UCB choice between them.
 
-    def __init__(self, exploration: float = 0.15) -> None:
+    Rewards arrive `horizon` steps after a decision, and one scheduling pass may ask many
+    times before any has arrived. So the table counts *pulls* when an action is chosen and
+    averages *rewards* (raw tokens/s) when they arrive. A new state tries STOP first and, until
+    an action tried in a state has its first reward, the state falls back to STOP: an ADD
+    cannot be undone (the request runs to completion in the batch, mixing its prefix into
+    every step) while a STOP costs a few steps of waiting at most.
+    """
+
+    def __init__(self, exploration: float = 0.05) -> None:
         self.exploration = exploration
-        self.stats: dict[tuple[int, ...], list[float]] = {}  # [n_add, q_add, n_stop, q_stop]
+        # key -> [pulls_add, rewards_add, mean_add, pulls_stop, rewards_stop, mean_stop]
+        self.stats: dict[tuple[int, ...], list[float]] = {}
 
-    def choose(self, key: tuple[int, ...]) -> int:
-        n_add, q_add, n_stop, q_stop = self.stats.get(key, (0, 0.0, 0, 0.0))
+    def _row(self, key: tuple[int, ...]) -> list[float]:
+        row = self.stats.get(key)
+        if row is None:
+            row = self.stats[key] = [0, 0, 0.0, 0, 0, 0.0]
+        return row
+
+    def choose(self, key: tuple[int, ...], scale: float) -> int:
+        pulls_add, n_add, q_add, pulls_stop, n_stop, q_stop = self.stats.get(
+            key, (0, 0, 0.0, 0, 0, 0.0)
+        )
+        if pulls_stop == 0 or n_stop == 0:
+            return STOP  # keep the batch homogeneous until we know what that is worth
+        if pulls_add == 0:
+            return ADD
         if n_add == 0:
-            return ADD  # try the cheap default first
-        if n_stop == 0:
-            return STOP
-        total = math.log(n_add + n_stop)
-        ucb_add = q_add + self.exploration * math.sqrt(total / n_add)
-        ucb_stop = q_stop + self.exploration * math.sqrt(total / n_stop)
+            return STOP  # an ADD is out; wait for its evidence before mixing again
+        total = math.log(pulls_add + pulls_stop)
+        scale = scale or 1.0
+        ucb_add = q_add / scale + self.exploration * math.sqrt(total / n_add)
+        ucb_stop = q_stop / scale + self.exploration * math.sqrt(total / n_stop)
         return ADD if ucb_add >= ucb_stop else STOP
 
     def greedy(self, key: tuple[int, ...]) -> int:
-        n_add, q_add, n_stop, q_stop = self.stats.get(key, (0, 0.0, 0, 0.0))
+        _, n_add, q_add, _, n_stop, q_stop = self.stats.get(key, (0, 0, 0.0, 0, 0, 0.0))
         return STOP if n_stop and (not n_add or q_stop > q_add) else ADD
 
+    def pull(self, key: tuple[int, ...], action: int) -> None:
+        self._row(key)[3 * action] += 1
+
     def update(self, key: tuple[int, ...], action: int, reward: float) -> None:
-        row = self.stats.setdefault(key, [0, 0.0, 0, 0.0])
-        i = 2 * action
-        row[i] += 1
-        row[i + 1] += (reward - row[i + 1]) / row[i]
+        row = self._row(key)
+        i = 3 * action
+        row[i + 1] += 1
+        row[i + 2] += (reward - row[i + 2]) / row[i + 1]
 
     def to_dict(self) -> dict:
         return {",".join(map(str, k)): v for k, v in self.stats.items()}
@@ -66,9 +91,16 @@ class BanditTable:
         table = cls(exploration)
         for k, v in data.items():
             key = tuple(int(x) for x in k.split(","))
-            if len(v) != 4:
+            if len(v) != 6:
                 raise ValueError(f"bad bandit row for state {k!r}: {v!r}")
-            table.stats[key] = [int(v[0]), float(v[1]), int(v[2]), float(v[3])]
+            table.stats[key] = [
+                int(v[0]),
+                int(v[1]),
+                float(v[2]),
+                int(v[3]),
+                int(v[4]),
+                float(v[5]),
+            ]
         return table
 
 
@@ -77,8 +109,8 @@ class FeatherPolicy(Policy):
 
     def __init__(
         self,
-        exploration: float = 0.15,
-        horizon: int = 32,
+        exploration: float = 0.05,
+        horizon: int = 4,
         max_wait_s: float = 60.0,
         learn: bool = True,
         policy_state: str | Path | None = None,
@@ -106,8 +138,6 @@ class FeatherPolicy(Policy):
 
     def _reset_run(self) -> None:
         self._step = 0
-        self._cum_tokens = 0.0
-        self._cum_time = 0.0
         self._pending: deque[tuple[int, float, float, tuple[int, ...], int]] = deque()
         self._forced: set[str] = set()
         self.decisions = 0
@@ -138,29 +168,40 @@ class FeatherPolicy(Policy):
     def decide(self, state: DecisionState) -> int:
         """ADD or STOP for a state where a prefix would be lost; records it for credit."""
         key = state.bins()
-        action = self.table.choose(key) if self.learn else self.table.greedy(key)
+        if self.learn:
+            action = self.table.choose(key, self.reward_scale)
+            self.table.pull(key, action)
+        else:
+            action = self.table.greedy(key)
         self.decisions += 1
         if action == STOP:
             self.stops += 1
         if self.learn:
-            self._pending.append((self._step, self._cum_tokens, self._cum_time, key, action))
+            # The window starts after the decision's own step (its prefill is a one-off
+            # cost that a later admission would pay too) and spans `horizon` steps.
+            self._pending.append((self._step + 1, 0.0, 0.0, key, action))
         return action
 
-    def end_step(self, view: SchedulerView, step_time: float, batch_size: int) -> None:
-        if step_time <= 0:
+    def end_step(
+        self, view: SchedulerView, step_time: float, batch_size: int, prefill_tokens: int = 0
+    ) -> None:
+        # Only decode-dominated steps measure what a batch's composition costs: a prefill is
+        # a one-off cost every request pays whenever it is admitted, and the chunk of a
+        # 10,000-token prompt would otherwise swamp the signal of the batch it joins.
+        if step_time <= 0 or prefill_tokens > batch_size:
             return
         self._step += 1
-        self._cum_tokens += batch_size
-        self._cum_time += step_time
         throughput = batch_size / step_time
         if throughput > self.reward_scale:
             self.reward_scale = throughput
         pending = self._pending
+        for i, (start, tokens, seconds, key, action) in enumerate(pending):
+            if self._step > start:  # accumulate the steps after the decision's own step
+                pending[i] = (start, tokens + batch_size, seconds + step_time, key, action)
         while pending and self._step - pending[0][0] >= self.horizon:
-            _, tokens0, time0, key, action = pending.popleft()
-            window = (self._cum_tokens - tokens0) / (self._cum_time - time0)
-            reward = window / self.reward_scale
-            self.table.update(key, action, reward)
+            _, tokens, seconds, key, action = pending.popleft()
+            window = tokens / seconds
+            self.table.update(key, action, window)
             self.history.append((self.decisions, window))
 
     # ------------------------------------------------------------------ persistence

@@ -3,10 +3,11 @@
 For a candidate about to join the running batch:
 - batch: how many requests run now;
 - lost: chunks of the candidate's *shared* prefix (the part it shares with other waiting
-  requests or with the batch) that the running batch does not hold yet. Admitting it would
+  requests or with the batch) that the batch's main group does not hold. Admitting it would
   bring that prefix into every decode step's working set, splitting the batch's cache reuse.
-  A candidate that joins a prefix already running, or that shares nothing with anyone (no
-  sharing to lose), has lost == 0;
+  A candidate that joins a prefix held by at least half the batch, or that shares nothing
+  with anyone (no sharing to lose), has lost == 0; one that joins a minority prefix counts
+  its whole shared prefix as lost, since it grows a competing group;
 - group: how many waiting requests share that prefix (how much a later, homogeneous batch of
   its own could hold).
 Bins are logarithmic so one table covers batches of 1 to 1,000 and prompts of any length.
@@ -25,6 +26,8 @@ class DecisionState:
     lost_chunks: int
     group: int
     matched_chunks: int
+    joins_majority: bool
+    """The candidate's prefix is held by at least half the running batch (or it has none)."""
 
     def bins(self) -> tuple[int, int, int]:
         return (log2_bin(self.batch, 9), log2_bin(self.lost_chunks, 8), log2_bin(self.group, 8))
@@ -53,9 +56,16 @@ def decision_state(index: ChunkedHashTree, request_id: str) -> DecisionState:
     matched = index.matched_chunks(request_id)
     depth = max(matched, shared_depth(index, request_id))
     group = index.group_size(request_id, depth) if depth else 1
+    batch = index.num_running
+    if depth == 0:
+        majority = True  # shares nothing with anyone: no prefix to dilute
+    else:
+        holders = index.running_count(index.keys_of(request_id)[depth - 1])
+        majority = 2 * holders >= batch
     return DecisionState(
-        batch=index.num_running,
-        lost_chunks=depth - matched,
+        batch=batch,
+        lost_chunks=depth - matched if majority else depth,
         group=group,
         matched_chunks=matched,
+        joins_majority=majority,
     )

@@ -282,7 +282,7 @@ class Simulator:
                     for dep_req in blocked.pop(rid, ()):
                         release(dep_req, max(dep_req.arrival_time, self._now))
 
-            self.policy.end_step(self, dt, len(scheduled))
+            self.policy.end_step(self, dt, len(scheduled), prefill_tokens)
             if cfg.check_invariants_every and step_idx % cfg.check_invariants_every == 0:
                 self.kv.check_invariants()
             if self._progress is not None and step_idx % 256 == 0:
