@@ -114,6 +114,7 @@ class FeatherPolicy(Policy):
         max_wait_s: float = 60.0,
         learn: bool = True,
         policy_state: str | Path | None = None,
+        decode_steps_only: bool = True,
     ) -> None:
         if horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {horizon}")
@@ -123,6 +124,7 @@ class FeatherPolicy(Policy):
         self.horizon = horizon
         self.max_wait_s = max_wait_s
         self.learn = learn
+        self.decode_steps_only = decode_steps_only
         self.table = BanditTable(exploration)
         self.reward_scale = 0.0
         if policy_state is not None:
@@ -146,14 +148,16 @@ class FeatherPolicy(Policy):
 
     def candidates(self, view: SchedulerView) -> Iterator[str]:
         # Starvation guard: queue order is arrival order, so starving requests are at its head.
+        # Only the head is scanned (no copy of the queue): the loop ends before any yield.
         self._forced.clear()
         now = view.now
-        for rid in list(view.waiting_ids()):
+        forced = []
+        for rid in view.waiting_ids():
             if now - view.arrival_time(rid) <= self.max_wait_s:
                 break
-            self._forced.add(rid)
-        for rid in list(self._forced):
-            yield rid
+            forced.append(rid)
+        self._forced.update(forced)
+        yield from forced
         yield from grouped_candidates(view)
 
     def accept(self, view: SchedulerView, request_id: str) -> bool:
@@ -188,7 +192,7 @@ class FeatherPolicy(Policy):
         # Only decode-dominated steps measure what a batch's composition costs: a prefill is
         # a one-off cost every request pays whenever it is admitted, and the chunk of a
         # 10,000-token prompt would otherwise swamp the signal of the batch it joins.
-        if step_time <= 0 or prefill_tokens > batch_size:
+        if step_time <= 0 or (self.decode_steps_only and prefill_tokens > batch_size):
             return
         self._step += 1
         throughput = batch_size / step_time
