@@ -163,6 +163,28 @@ class CHTAgainstRadix(RuleBasedStateMachine):
                 assert self.cht.group_size(rid, depth) == len(expected)
 
     @invariant()
+    def sharing_profile_agrees(self) -> None:
+        for rid in self.cht.waiting_ids():
+            matched, depth, group, holders = self.cht.sharing_profile(rid)
+            assert matched == self.expected_matched(rid)
+            n_keys = len(self.cht.keys_of(rid))
+            shared = max(
+                (d for d in range(1, n_keys + 1) if len(self.expected_group(rid, d)) >= 2),
+                default=0,
+            )
+            assert depth == max(matched, shared)
+            if depth:
+                assert group == len(self.expected_group(rid, depth))
+                prompt = self.prompts[rid]
+                covered = min(depth * self.chunk, prompt.size)
+                running = self.radix_running.sequences_with_prefix(prompt[:covered])
+                if covered < depth * self.chunk:
+                    running = {r for r in running if self.prompts[r].size == prompt.size}
+                assert holders == len(running)
+            else:
+                assert (group, holders) == (1, 0)
+
+    @invariant()
     def largest_group_is_largest(self) -> None:
         for depth in (1, 2, 4):
             sizes = [

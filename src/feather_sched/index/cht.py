@@ -259,6 +259,38 @@ class ChunkedHashTree:
             return 0
         return len(self._waiting.get(keys[chunks - 1], ()))
 
+    def sharing_profile(self, request_id: str) -> tuple[int, int, int, int]:
+        """One pass of what an admission decision needs about a waiting request:
+        (matched, depth, group, holders) = chunks shared with the running batch; deepest
+        level it shares with the batch or with another waiting request; waiting requests
+        sharing that level; running requests holding it. O(log chunks) dict lookups."""
+        keys = self._keys.get(request_id)
+        if keys is None:
+            raise UnknownRequestError(f"request {request_id!r} is not in the index")
+        refs = self._running_refs
+        waiting = self._waiting
+        lo, hi = 0, len(keys)
+        while lo < hi:  # deepest level held by a running request
+            mid = (lo + hi + 1) // 2
+            if keys[mid - 1] in refs:
+                lo = mid
+            else:
+                hi = mid - 1
+        matched = lo
+        lo, hi = matched, len(keys)
+        while lo < hi:  # deepest level shared with another waiting request
+            mid = (lo + hi + 1) // 2
+            members = waiting.get(keys[mid - 1])
+            if members is not None and len(members) >= 2:
+                lo = mid
+            else:
+                hi = mid - 1
+        depth = lo
+        if depth == 0:
+            return matched, 0, 1, 0
+        key = keys[depth - 1]
+        return matched, depth, len(waiting.get(key, ())), refs.get(key, 0)
+
     def running_count(self, key: Key) -> int:
         """Running requests holding `key` (sharing that prefix)."""
         return self._running_refs.get(key, 0)

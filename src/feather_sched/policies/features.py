@@ -53,15 +53,10 @@ def shared_depth(index: ChunkedHashTree, request_id: str) -> int:
 
 
 def decision_state(index: ChunkedHashTree, request_id: str) -> DecisionState:
-    matched = index.matched_chunks(request_id)
-    depth = max(matched, shared_depth(index, request_id))
-    group = index.group_size(request_id, depth) if depth else 1
+    matched, depth, group, holders = index.sharing_profile(request_id)
     batch = index.num_running
-    if depth == 0:
-        majority = True  # shares nothing with anyone: no prefix to dilute
-    else:
-        holders = index.running_count(index.keys_of(request_id)[depth - 1])
-        majority = 2 * holders >= batch
+    # no shared prefix at all: nothing to dilute; otherwise does it join the main group?
+    majority = depth == 0 or 2 * holders >= batch
     return DecisionState(
         batch=batch,
         lost_chunks=depth - matched if majority else depth,

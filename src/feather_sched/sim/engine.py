@@ -71,6 +71,7 @@ class Simulator:
         self._waiting: dict[str, _Seq] = {}
         self._running: dict[str, _Seq] = {}
         self._seqs: dict[str, _Seq] = {}
+        self._decisions = 0  # candidates the policy was asked to ADD or STOP
 
     # ------------------------------------------------------------------ SchedulerView
     @property
@@ -299,7 +300,11 @@ class Simulator:
             forced_admissions=forced,
             prefix_hit_rate=self.kv.prefix_cache_hit_rate,
             num_kv_blocks=self.num_kv_blocks,
-            extra={"engine_admit_us_per_step": engine_admit_time / max(1, step_idx) * 1e6},
+            extra={
+                "engine_admit_us_per_step": engine_admit_time / max(1, step_idx) * 1e6,
+                "sched_us_per_decision": sched_time / max(1, self._decisions) * 1e6,
+                "decisions": self._decisions,
+            },
         )
 
     # ------------------------------------------------------------------ internals
@@ -334,6 +339,7 @@ class Simulator:
                 t0 = clock()
                 add = policy.accept(self, rid)
                 spent += clock() - t0
+                self._decisions += 1
                 if not add:
                     break
                 before = len(scheduled)
