@@ -129,7 +129,8 @@ class FeatherPolicy(Policy):
         self.reward_scale = 0.0
         if policy_state is not None:
             self.load(policy_state)
-        self.history: list[tuple[int, float]] = []  # (decisions so far, window reward) curve
+        self.history: list[tuple[int, float]] = []  # (lifetime decisions, window reward)
+        self.total_decisions = 0
         self._reset_run()
 
     # ------------------------------------------------------------------ Policy
@@ -178,6 +179,7 @@ class FeatherPolicy(Policy):
         else:
             action = self.table.greedy(key)
         self.decisions += 1
+        self.total_decisions += 1
         if action == STOP:
             self.stops += 1
         if self.learn:
@@ -206,7 +208,7 @@ class FeatherPolicy(Policy):
             _, tokens, seconds, key, action = pending.popleft()
             window = tokens / seconds
             self.table.update(key, action, window)
-            self.history.append((self.decisions, window))
+            self.history.append((self.total_decisions, window))
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:
