@@ -30,6 +30,7 @@ from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.sim.kv_cache import block_hashes
+from feather_sched.sim.result import TIMING_KEYS
 from feather_sched.workloads import NoSharingWorkload, SharedPrefixWorkload
 
 MY_POLICIES = ["lpm", "dfs-weight", "lof", "random", "max-homogeneous"]
@@ -393,7 +394,6 @@ SHARED = SharedPrefixWorkload(
     num_groups=4, prompts_per_group=8, system_prompt_len=256, question_len=32, output_len=16
 )
 NO_SHARING = NoSharingWorkload(num_requests=32, prompt_len=128, output_len=8)
-TIMING_KEYS = {"sim_wall_s", "sched_us_per_step", "engine_admit_us_per_step"}
 
 
 def _summary(result) -> dict:

@@ -16,6 +16,7 @@ from feather_sched.policies.grouped import GroupedPolicy
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import SimulationError, simulate
+from feather_sched.sim.result import TIMING_KEYS
 from feather_sched.workloads import MultiTurnWorkload, NoSharingWorkload, SharedPrefixWorkload
 
 COST = StepCostModel("h100", "llama-3-8b")
@@ -25,7 +26,7 @@ SMALL = SharedPrefixWorkload(
 
 
 def _comparable(summary: dict) -> dict:
-    return {k: v for k, v in summary.items() if "wall" not in k and "us_per_step" not in k}
+    return {k: v for k, v in summary.items() if k not in TIMING_KEYS}
 
 
 def test_every_request_finishes_once_with_its_output() -> None:

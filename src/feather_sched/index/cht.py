@@ -111,8 +111,9 @@ class ChunkedHashTree:
         self._running: dict[str, None] = {}
         self._running_roots = 0  # distinct level-0 keys among running requests
         # level -> count -> ordered set of keys whose waiting group has that size
-        self._buckets: list[dict[int, dict[Key, None]]] = []
-        self._max_count: list[int] = []
+        # level -> ordered set of keys with waiting members (for largest_group); touched only
+        # when a key's waiting set appears or empties, never on the per-member hot path
+        self._level_keys: list[dict[Key, None]] = []
         # keys held by the running batch that still have waiting requests, deepest first
         self._hot: list[tuple[int, int, Key]] = []
         self._in_hot: set[Key] = set()
@@ -155,7 +156,7 @@ class ChunkedHashTree:
             and not self._waiting
             and not self._running_refs
             and not self._hot
-            and all(not b for b in self._buckets)
+            and all(not keys for keys in self._level_keys)
         )
 
     # ------------------------------------------------------------------ updates
@@ -302,17 +303,24 @@ class ChunkedHashTree:
     def largest_group(self, chunks: int) -> tuple[Key, int] | None:
         """The waiting group sharing the most requests through `chunks` chunks, with its size.
 
-        Ties go to the group that reached that size first. None when no waiting prompt has
-        that many chunks.
+        Ties go to the group whose prefix appeared first. None when no waiting prompt has
+        that many chunks. O(distinct prefixes at that depth): a query for picking the next
+        group to serve, kept off the per-admission path (which it would slow down if group
+        sizes were kept sorted on every arrival and admission).
         """
         level = chunks - 1
         if chunks < 1:
             raise ValueError(f"chunks must be >= 1, got {chunks}")
-        if level >= len(self._buckets) or self._max_count[level] == 0:
+        if level >= len(self._level_keys) or not self._level_keys[level]:
             return None
-        count = self._max_count[level]
-        key = next(iter(self._buckets[level][count]))
-        return key, count
+        waiting = self._waiting
+        best_key, best = None, 0
+        for key in self._level_keys[level]:
+            n = len(waiting[key])
+            if n > best:
+                best_key, best = key, n
+        assert best_key is not None
+        return best_key, best
 
     def best_candidate(self) -> Candidate | None:
         """The waiting request that shares the most leading chunks with the running batch.
@@ -389,8 +397,7 @@ class ChunkedHashTree:
         if not self._state:  # nothing left: drop lazily-kept per-level and heap state too
             self._hot.clear()
             self._in_hot.clear()
-            self._buckets.clear()
-            self._max_count.clear()
+            self._level_keys.clear()
 
     def _is_hot(self, key: Key) -> bool:
         return key in self._running_refs and key in self._waiting
@@ -414,63 +421,33 @@ class ChunkedHashTree:
             self._hot = live
 
     def _add_waiting(self, request_id: str, keys: tuple[Key, ...]) -> None:
-        # Hot path (every arrival and preemption): bucket moves are inlined on purpose.
+        # Hot path (every arrival and preemption): one dict insert per chunk.
         waiting = self._waiting
         running = self._running_refs
-        buckets = self._buckets
-        max_count = self._max_count
-        while len(buckets) < len(keys):
-            buckets.append({})
-            max_count.append(0)
+        level_keys = self._level_keys
+        while len(level_keys) < len(keys):
+            level_keys.append({})
         for key in keys:
             members = waiting.get(key)
             if members is None:
-                members = waiting[key] = {}
+                waiting[key] = {request_id: None}
+                level_keys[key[0]][key] = None
                 if key in running:
                     self._push_hot(key)
-            old = len(members)
-            members[request_id] = None
-            level = key[0]
-            bucket = buckets[level]
-            if old:
-                at_old = bucket[old]
-                del at_old[key]
-                if not at_old:
-                    del bucket[old]
-            at_new = bucket.get(old + 1)
-            if at_new is None:
-                bucket[old + 1] = {key: None}
             else:
-                at_new[key] = None
-            if old + 1 > max_count[level]:
-                max_count[level] = old + 1
+                members[request_id] = None
 
     def _remove_waiting(self, request_id: str, keys: tuple[Key, ...]) -> None:
-        # Hot path (every admission): the largest group at a level only shrinks by one when
-        # the last key of the max bucket moves down, and then max-1 holds that key (or is 0).
+        # Hot path (every admission): one dict delete per chunk.
         waiting = self._waiting
-        buckets = self._buckets
-        max_count = self._max_count
+        level_keys = self._level_keys
         for key in keys:
             members = waiting[key]
-            old = len(members)
-            del members[request_id]
-            if old == 1:
+            if len(members) == 1:
                 del waiting[key]
-            level = key[0]
-            bucket = buckets[level]
-            at_old = bucket[old]
-            del at_old[key]
-            if not at_old:
-                del bucket[old]
-                if max_count[level] == old:
-                    max_count[level] = old - 1
-            if old > 1:
-                at_new = bucket.get(old - 1)
-                if at_new is None:
-                    bucket[old - 1] = {key: None}
-                else:
-                    at_new[key] = None
+                del level_keys[key[0]][key]
+            else:
+                del members[request_id]
 
     def _add_running(self, keys: tuple[Key, ...]) -> None:
         refs = self._running_refs

@@ -38,6 +38,12 @@ class StepLog:
         return {name: np.asarray(col) for name, col in zip(self.FIELDS, self._cols)}
 
 
+# Summary fields measured on the host's clock: they vary run to run, unlike everything else.
+TIMING_KEYS = frozenset(
+    {"sim_wall_s", "sched_us_per_step", "sched_us_per_decision", "engine_admit_us_per_step"}
+)
+
+
 @dataclass
 class SimResult:
     policy: str
