@@ -95,15 +95,16 @@ def test_model_params_match_model_cards(name, params, kv_per_token):
 
 def test_tiny_llama_matches_test_model_definition():
     m = load_model("tiny-llama")
+    # head_dim 32: the smallest head size vLLM's CPU attention supports
     assert (m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim) == (
         2,
-        64,
+        128,
         4,
         2,
-        16,
+        32,
     )
-    assert (m.intermediate_size, m.vocab_size, m.dtype_bytes) == (128, 512, 4)
-    assert m.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4
+    assert (m.intermediate_size, m.vocab_size, m.dtype_bytes) == (256, 512, 4)
+    assert m.kv_bytes_per_token == 2 * 2 * 2 * 32 * 4
 
 
 def test_hardware_datasheet_numbers():

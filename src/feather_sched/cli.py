@@ -47,22 +47,56 @@ def bench(
         "-w",
         help="Workload name or trace:PATH; repeat or comma-separate. Default: the built-in suite.",
     ),
-    policies: str = typer.Option(
-        ",".join(DEFAULT_POLICIES), help="Comma-separated policies to compare."
+    policies: str | None = typer.Option(
+        None,
+        help="Comma-separated policies to compare. Default: "
+        + ",".join(DEFAULT_POLICIES)
+        + " (sim); grouped and feather against vLLM's own scheduler (--engine vllm).",
     ),
     hardware: str = typer.Option("h100", help="Hardware profile name or JSON file."),
-    model: str = typer.Option("llama-3-8b", help="Model profile name or JSON file."),
+    model: str | None = typer.Option(
+        None,
+        help="Model profile name or JSON file (sim; default llama-3-8b), or a Hugging Face "
+        "model directory (--engine vllm; default: a tiny random-weight Llama built locally).",
+    ),
     kernel: str = typer.Option("paged", help="Attention kernel: paged or ideal."),
     seed: int = typer.Option(0, help="Workload seed."),
-    max_num_seqs: int = typer.Option(256, min=1, help="Engine max running sequences."),
+    max_num_seqs: int | None = typer.Option(
+        None, min=1, help="Engine max running sequences (default 256; 500 for paper-*)."
+    ),
     max_batched_tokens: int = typer.Option(8192, min=1, help="Engine token budget per step."),
     num_kv_blocks: int | None = typer.Option(
-        None, min=1, help="KV cache blocks (default: sized from the hardware memory)."
+        None,
+        min=1,
+        help="KV cache blocks (sim default: sized from the hardware memory; --engine vllm "
+        "default: two runs, under KV pressure and without).",
     ),
     json_out: Path = typer.Option(Path("feather-bench.json"), "--json", help="JSON results."),
     plot: Path = typer.Option(Path("feather-bench.png"), "--plot", help="PNG plot."),
+    engine: str = typer.Option(
+        "sim", help="sim: the simulator; vllm: the real vLLM engine (needs the 'vllm' extra)."
+    ),
+    repeats: int = typer.Option(3, min=1, help="Runs per configuration (--engine vllm)."),
 ) -> None:
-    """Simulate every policy on every workload; print a table, write JSON and a plot."""
+    """Run every policy on every workload (simulated, or on vLLM); table, JSON and a plot."""
+    if engine == "vllm":
+        _bench_vllm(
+            workload,
+            policies,
+            model,
+            seed,
+            max_num_seqs,
+            max_batched_tokens,
+            num_kv_blocks,
+            repeats,
+            json_out,
+            plot,
+        )
+        return
+    if engine != "sim":
+        raise typer.BadParameter(f"expected sim or vllm, got {engine!r}", param_hint="--engine")
+    policies = policies or ",".join(DEFAULT_POLICIES)
+    model = model or "llama-3-8b"
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from feather_sched.bench.machine import machine_info
@@ -80,10 +114,11 @@ def bench(
             kernel=kernel,
             seed=seed,
             engine=EngineConfig(
-                max_num_seqs=max_num_seqs,
+                max_num_seqs=max_num_seqs or EngineConfig.max_num_seqs,
                 max_num_batched_tokens=max_batched_tokens,
                 num_kv_blocks=num_kv_blocks,
             ),
+            engine_overrides=frozenset({"max_num_seqs"} if max_num_seqs else ()),
         )
         spec.validate()
         from feather_sched.sim.cost import StepCostModel
@@ -92,7 +127,7 @@ def bench(
     except ValueError as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None
-    total = len(spec.workloads) * spec.runs_per_workload()
+    total = spec.total_runs()
     with Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -133,6 +168,157 @@ def bench(
     json_out.write_text(json.dumps(payload, indent=2) + "\n")
     plot_results(rows, plot, title)
     console.print(f"wrote {json_out} and {plot}")
+
+
+def _bench_vllm(
+    workload: list[str] | None,
+    policies: str | None,
+    model: str | None,
+    seed: int,
+    max_num_seqs: int | None,
+    max_batched_tokens: int,
+    num_kv_blocks: int | None,
+    repeats: int,
+    json_out: Path,
+    plot: Path,
+) -> None:
+    """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
+    from dataclasses import asdict
+
+    from rich.markup import escape
+
+    from feather_sched.bench.machine import machine_info
+    from feather_sched.bench.report import plot_results, results_table
+    from feather_sched.bench.vllm_engine import (
+        DEFAULT_WORKLOADS,
+        KvScenario,
+        VllmBenchSpec,
+        run_vllm_bench,
+    )
+    from feather_sched.policies.registry import policy_names
+
+    names = [w.strip() for item in (workload or []) for w in item.split(",") if w.strip()]
+    default_policies = ["grouped", *(["feather"] if "feather" in policy_names() else [])]
+    chosen = [p.strip() for p in (policies or "").split(",") if p.strip()] or default_policies
+    scenarios = VllmBenchSpec.scenarios
+    if num_kv_blocks is not None:
+        scenarios = (KvScenario(f"kv-{num_kv_blocks}-blocks", num_kv_blocks),)
+    spec = VllmBenchSpec(
+        workloads=names or DEFAULT_WORKLOADS,
+        policies=chosen,
+        model=model,
+        scenarios=scenarios,
+        max_num_seqs=max_num_seqs or VllmBenchSpec.max_num_seqs,
+        max_num_batched_tokens=max_batched_tokens,
+        repeats=repeats,
+        seed=seed,
+    )
+    try:
+        spec.validate()
+        with console.status("vllm bench") as status:
+            rows = run_vllm_bench(spec, on_progress=lambda label: status.update(label))
+    except (ValueError, RuntimeError, FileNotFoundError) as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    title = f"feather bench --engine vllm: {model or 'tiny-llama'}, seed {seed}, {repeats} runs"
+    console.print(results_table(rows, title))
+    payload = {
+        "machine": machine_info(),
+        "config": {"engine": "vllm", **asdict(spec)},
+        "rows": rows,
+    }
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(json.dumps(payload, indent=2) + "\n")
+    plot_results(rows, plot, title)
+    console.print(f"wrote {json_out} and {plot}")
+
+
+@app.command("calibrate")
+def calibrate(
+    engine: str = typer.Option("vllm", help="Engine to measure (vllm)."),
+    model: str | None = typer.Option(
+        None, help="Hugging Face model directory (default: the tiny random-weight Llama)."
+    ),
+    model_profile: str | None = typer.Option(
+        None, help="Model profile (name or JSON) of --model, for the cost model (tiny-llama)."
+    ),
+    base_hardware: str = typer.Option(
+        "cpu", help="Hardware profile whose peak figures the fit starts from."
+    ),
+    out: Path = typer.Option(Path("feather-hw-fitted.json"), help="Fitted hardware profile."),
+    json_out: Path = typer.Option(Path("feather-calibrate.json"), "--json", help="Report."),
+    bench_json: Path | None = typer.Option(
+        None, help="Real-engine rows from `feather bench --engine vllm --json` to compare with."
+    ),
+    holdout_every: int = typer.Option(4, min=2, help="Hold out every N-th composition."),
+    repeats: int = typer.Option(
+        5, min=1, help="Passes over the grid; each sample is the median over passes."
+    ),
+    quick: bool = typer.Option(False, help="A small grid of compositions (a smoke run)."),
+    seed: int = typer.Option(0),
+) -> None:
+    """Measure real step times, fit the cost model's hardware parameters, report its error."""
+    from rich.markup import escape
+
+    from feather_sched.bench.machine import machine_info
+    from feather_sched.bench.vllm_calibrate import CalibrateSpec, run_calibration
+    from feather_sched.sim.cost import HardwareProfile
+
+    if engine != "vllm":
+        raise typer.BadParameter(
+            f"only vllm can be calibrated, got {engine!r}", param_hint="--engine"
+        )
+    try:
+        rows = None
+        if bench_json is not None:
+            rows = json.loads(bench_json.read_text())["rows"]
+        spec = CalibrateSpec(
+            model=model,
+            model_profile=model_profile,
+            base_hardware=base_hardware,
+            holdout_every=holdout_every,
+            repeats=repeats,
+            quick=quick,
+            compare_repeats=1 if quick else 3,
+            seed=seed,
+            bench_rows=rows,
+        )
+        with console.status("calibrate") as status:
+            report = run_calibration(spec, out, on_progress=lambda label: status.update(label))
+    except (ValueError, RuntimeError, FileNotFoundError, KeyError) as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    by_kind = ", ".join(f"{k} {v:.1%}" for k, v in report["heldout_mape_by_kind"].items())
+    console.print(
+        f"step-time MAPE: train {report['train_mape']:.1%} "
+        f"({report['samples']['train']} samples), held-out {report['heldout_mape']:.1%} "
+        f"({report['samples']['heldout']} samples: {by_kind})"
+    )
+    fitted = report["profile"]
+    console.print(
+        "fitted: "
+        + ", ".join(f"{k}={fitted[k]:.4g}" for k in fitted if k in HardwareProfile.FIT_FIELDS)
+    )
+    table = Table(title="end to end: simulated vs real output tokens/s")
+    cols = ("workload", "policy", "real tok/s", "sim tok/s", "sim/real", "batch real/sim")
+    for col in (*cols, "model on real steps"):
+        table.add_column(col, justify="left" if col in ("workload", "policy") else "right")
+    for r in report["end_to_end"]:
+        replay = r.get("replay_over_busy")
+        table.add_row(
+            r["workload"],
+            r["policy"],
+            f"{r['real_tok_s']:,.0f}",
+            f"{r['sim_tok_s']:,.0f}",
+            f"{r['sim_over_real']:.2f}",
+            f"{r['real_mean_batch']}/{r['sim_mean_batch']}",
+            "-" if replay is None else f"{replay:.2f}",
+        )
+    console.print(table)
+    report["machine"] = machine_info()
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(json.dumps(report, indent=2) + "\n")
+    console.print(f"wrote {out} and {json_out}")
 
 
 @app.command("index-bench")
@@ -195,6 +381,79 @@ def index_bench(
         payload = {"machine": machine_info(), "rows": [r.to_dict() for r in rows]}
         json_out.write_text(json.dumps(payload, indent=2) + "\n")
         console.print(f"wrote {json_out}")
+
+
+@app.command("train")
+def train_cmd(
+    workload: list[str] = typer.Option(
+        None,
+        "--workload",
+        "-w",
+        help="Workload name to train on (repeat or comma-separate; 'mix' = the built-in mix). "
+        "Default: the built-in mix (paper long-prefix scenarios, shared-prefix, document-qa).",
+    ),
+    steps: int = typer.Option(100_000, min=1, help="PPO steps (ADD/STOP decisions)."),
+    out: Path = typer.Option(Path("feather_ppo.npz"), help="Where to write the weights (.npz)."),
+    seed: int = typer.Option(0, help="Training seed (PPO and episode draws)."),
+    hardware: str = typer.Option("h100", help="Hardware profile name or JSON file."),
+    model: str = typer.Option("llama-3-8b", help="Model profile name or JSON file."),
+    kernel: str = typer.Option("paged", help="Attention kernel: paged or ideal."),
+    max_num_seqs: int = typer.Option(256, min=1, help="Engine max running sequences."),
+) -> None:
+    """Train the feather-ppo policy (PPO on the simulator) and save its weights.
+
+    Use the result with FEATHER_PPO_WEIGHTS=PATH (e.g. for `feather bench`), or copy it over
+    src/feather_sched/policies/weights/feather_ppo.npz to ship it. Needs the `rl` extra.
+    """
+    from rich.markup import escape
+
+    from feather_sched.rl.train import (
+        DEFAULT_MIX,
+        MixEntry,
+        RLMissingError,
+        TrainConfig,
+        require_rl,
+        train,
+    )
+
+    try:
+        require_rl()
+    except RLMissingError as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")  # keep ".[rl]" literal
+        raise typer.Exit(2) from None
+    names = [w.strip() for item in (workload or []) for w in item.split(",") if w.strip()]
+    mix: list[MixEntry] = []
+    try:
+        for name in names or ["mix"]:
+            if name == "mix":
+                mix.extend(DEFAULT_MIX)
+            else:
+                entry = MixEntry(name, max_num_seqs=max_num_seqs)
+                entry.build()  # fail fast on unknown names
+                mix.append(entry)
+        from feather_sched.sim.cost import StepCostModel
+
+        StepCostModel(hardware, model, kernel)  # fail fast on bad profiles
+    except (ValueError, FileNotFoundError) as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2) from None
+    config = TrainConfig(steps=steps, seed=seed, hardware=hardware, model=model, kernel=kernel)
+    try:
+        report = train(out, config, mix)
+    except RuntimeError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2) from None
+    curve = report.episode_tok_s
+    console.print(
+        f"trained {report.steps:,} decisions over {report.episodes} episodes in "
+        f"{report.seconds:,.0f} s; wrote {report.out}"
+    )
+    if len(curve) >= 4:
+        k = max(1, len(curve) // 4)
+        first, last = sum(curve[:k]) / k, sum(curve[-k:]) / k
+        console.print(
+            f"episode output tok/s (mixed workloads): first {k} {first:,.0f}, last {k} {last:,.0f}"
+        )
 
 
 @trace_app.command("stats")

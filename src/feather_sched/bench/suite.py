@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -13,16 +14,48 @@ from feather_sched.sim.engine import simulate
 from feather_sched.workloads import make_workload
 from feather_sched.workloads.base import Workload
 
+
 # The built-in suite (H100 + Llama-3-8B by default). Sizes keep a full run in a few minutes
-# on 2 CPU cores while each workload still fills the engine's 256-sequence batches.
-DEFAULT_WORKLOADS: dict[str, dict] = {
+# on 2 CPU cores while each workload still fills the engine's batches.
+@dataclass(frozen=True)
+class SuiteWorkload:
+    """A named bench workload: a generator with overrides, plus engine settings it needs."""
+
+    base: str
+    overrides: dict = field(default_factory=dict)
+    engine: dict = field(default_factory=dict)
+
+
+def _paper(groups: int) -> SuiteWorkload:
+    # The paper's synthetic scenarios: `groups` prefixes of 5,000-10,000 tokens, 20-token
+    # suffixes, 50 output tokens, Poisson arrivals, max batch 500. 1,000 requests arriving
+    # at 1,000/s keep the engine saturated, so throughput measures the scheduler, not the
+    # arrival rate.
+    return SuiteWorkload(
+        "long-prefix",
+        {
+            "num_prefixes": groups,
+            "requests_per_prefix": 1000 // groups,
+            "prefix_len": 5000,
+            "prefix_len_max": 10000,
+            "suffix_len": 20,
+            "output_len": 50,
+            "arrival": "poisson:1000",
+        },
+        {"max_num_seqs": 500},
+    )
+
+
+SUITE: dict[str, SuiteWorkload] = {
     # SGLang's generated-shared-prefix shape: 64 system prompts x 16 questions.
-    "shared-prefix": {},
+    "shared-prefix": SuiteWorkload("shared-prefix"),
     # The paper's long-prefix case: 5 groups of 10,000-token prefixes, 20-token suffixes.
-    "long-prefix": {"num_prefixes": 5, "requests_per_prefix": 200},
-    "document-qa": {},
-    "no-sharing": {},
+    "long-prefix": SuiteWorkload("long-prefix", {"num_prefixes": 5, "requests_per_prefix": 200}),
+    "document-qa": SuiteWorkload("document-qa"),
+    "no-sharing": SuiteWorkload("no-sharing"),
+    **{f"paper-{g}g": _paper(g) for g in (1, 2, 5, 20, 100)},
 }
+DEFAULT_WORKLOADS = list(SUITE)
 DEFAULT_POLICIES = [
     "fcfs",
     "lpm",
@@ -31,6 +64,7 @@ DEFAULT_POLICIES = [
     "random",
     "max-homogeneous",
     "feather",
+    "feather-ppo",
     "oracle",
 ]
 BASELINE = "fcfs"
@@ -45,6 +79,8 @@ class BenchSpec:
     kernel: str = "paged"
     seed: int = 0
     engine: EngineConfig = field(default_factory=EngineConfig)
+    engine_overrides: frozenset[str] = frozenset()
+    """Engine fields the user set explicitly; they win over a workload's own settings."""
 
     def validate(self) -> None:
         known = {*policy_names(), "oracle"}
@@ -56,16 +92,29 @@ class BenchSpec:
         if not self.workloads:
             raise ValueError("no workloads to run")
 
-    def runs_per_workload(self) -> int:
-        n = len(self.policies)
-        if "oracle" in self.policies:
-            n += len(default_caps(self.engine.max_num_seqs)) - 1
+    def engine_for(self, workload: str) -> EngineConfig:
+        """The engine settings for one workload: the suite's needs, then explicit options."""
+        suite = SUITE.get(workload)
+        if suite is None or not suite.engine:
+            return self.engine
+        changes = {k: v for k, v in suite.engine.items() if k not in self.engine_overrides}
+        return dataclasses.replace(self.engine, **changes)
+
+    def total_runs(self) -> int:
+        n = 0
+        for w in self.workloads:
+            n += len(self.policies)
+            if "oracle" in self.policies:
+                n += len(default_caps(self.engine_for(w).max_num_seqs)) - 1
         return n
 
 
 def build_workload(name: str) -> Workload:
-    """A named workload with the suite's settings, or a trace (`trace:PATH`)."""
-    return make_workload(name, **DEFAULT_WORKLOADS.get(name, {}))
+    """A named workload of the suite, any generator by name, or a trace (`trace:PATH`)."""
+    suite = SUITE.get(name)
+    if suite is None:
+        return make_workload(name)
+    return make_workload(suite.base, **suite.overrides)
 
 
 def run_bench(
@@ -79,19 +128,20 @@ def run_bench(
     rows: list[dict] = []
     for wname in spec.workloads:
         requests = build_workload(wname).generate(spec.seed)
+        engine = spec.engine_for(wname)
         for pname in spec.policies:
             label = f"{wname} / {pname}"
             if pname == "oracle":
                 result = oracle_sweep(
                     requests,
                     cost,
-                    spec.engine,
+                    engine,
                     on_run=lambda cap, _r, label=label: tick(f"{label} (cap {cap})"),
                 )
             else:
-                result = simulate(requests, make_policy(pname), cost, spec.engine)
+                result = simulate(requests, make_policy(pname), cost, engine)
                 tick(label)
-            row = {"workload": wname, **result.summary()}
+            row = {"workload": wname, "max_num_seqs": engine.max_num_seqs, **result.summary()}
             rows.append(row)
     _add_relative(rows)
     return rows

@@ -1,0 +1,95 @@
+"""A tiny random-weight Llama, written to disk at run time, for the real-engine tests and bench.
+
+No download: the weights come from `LlamaForCausalLM(config)` with a fixed torch seed, and the
+tokenizer is a word-level vocabulary ("t0" .. "t{n-1}") built with `tokenizers`, so that
+`vllm serve DIR` works too. The shape is the `tiny-llama` model profile in
+`sim/cost/profiles/models.json`; `TINY_LLAMA` must stay in sync with it (a test checks).
+Needs torch, transformers and tokenizers (all installed with the `vllm` extra).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["TINY_LLAMA", "TinyLlamaSpec", "build_tiny_llama"]
+
+
+@dataclass(frozen=True)
+class TinyLlamaSpec:
+    num_layers: int = 2
+    hidden_size: int = 128
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 256
+    vocab_size: int = 512
+    max_position_embeddings: int = 4096
+    dtype: str = "float32"
+    seed: int = 0
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+
+TINY_LLAMA = TinyLlamaSpec()
+_STAMP = "feather-tiny-llama.json"
+
+
+def build_tiny_llama(path: str | Path, spec: TinyLlamaSpec = TINY_LLAMA) -> Path:
+    """Write config, random weights and a tokenizer to `path` (reused if already built)."""
+    out = Path(path)
+    stamp = out / _STAMP
+    if stamp.is_file() and json.loads(stamp.read_text()) == asdict(spec):
+        return out
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out.mkdir(parents=True, exist_ok=True)
+    config = LlamaConfig(
+        vocab_size=spec.vocab_size,
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        torch_dtype=spec.dtype,
+    )
+    torch.manual_seed(spec.seed)
+    model = LlamaForCausalLM(config).to(getattr(torch, spec.dtype))
+    model.save_pretrained(out, safe_serialization=True)
+    _write_tokenizer(out, spec.vocab_size)
+    stamp.write_text(json.dumps(asdict(spec)))
+    return out
+
+
+def _write_tokenizer(out: Path, vocab_size: int) -> None:
+    """Word-level tokenizer: token id i <-> word "t{i}"; ids 0-2 are pad/bos/eos."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"t{i}": i for i in range(vocab_size)}
+    vocab.update({"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3})
+    for i in range(4):
+        del vocab[f"t{i}"]
+    tok = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        model_max_length=TINY_LLAMA.max_position_embeddings,
+    )
+    fast.save_pretrained(out)

@@ -1,0 +1,468 @@
+"""`feather bench --engine vllm`: the bench workloads on the real vLLM engine.
+
+vLLM's own scheduler (`vllm`, FCFS: the baseline, reported as `vs_fcfs` = 1) against each
+requested policy hosted by `FeatherScheduler`, in two KV regimes: under KV-cache pressure (a
+few blocks: a mixed batch of prefixes does not fit, a homogeneous one does) and without. The
+workloads are the simulator's generators scaled to the tiny random-weight Llama (prompts fit
+`max_model_len`, token ids < vocab); `--model PATH` runs a real HF model dir instead.
+
+Timing is wall clock on an in-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0): requests are
+added at their arrival times and the engine is stepped until all finish; TTFT is measured at
+the step that returned a request's first token. The engine process's CPU time is recorded too
+(`output_tok_cpu_s`): on a shared machine it is the steadier comparison. Each configuration
+runs `repeats` times,
+interleaved across policies so slow spells of a shared machine hit all of them alike, and
+rows report the median run (every run's throughput is kept in `output_tok_s_runs`).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from feather_sched.request import Request
+from feather_sched.sim.cost import BatchShape
+from feather_sched.workloads import make_workload
+
+BASELINE = "vllm"
+"""Row name of vLLM's own scheduler (FCFS), the baseline of `vs_fcfs`."""
+
+# The simulator suite's shapes, scaled to the tiny model (max_model_len 1024, vocab 512).
+TINY_WORKLOADS: dict[str, dict[str, Any]] = {
+    # 8 system prompts x 16 questions; 512-token prefixes, 32-token questions.
+    "shared-prefix": dict(
+        num_groups=8, prompts_per_group=16, system_prompt_len=512, question_len=32, output_len=64
+    ),
+    # Same prompt and output lengths, nothing shared: the control case.
+    "no-sharing": dict(num_requests=128, prompt_len=544, output_len=64),
+    "long-prefix": dict(
+        num_prefixes=4, prefix_len=768, requests_per_prefix=32, suffix_len=16, output_len=32
+    ),
+    "document-qa": dict(
+        num_documents=8, document_len=512, questions_per_document=16, question_len=32, output_len=64
+    ),
+}
+DEFAULT_WORKLOADS = ("shared-prefix", "no-sharing")
+
+
+@dataclass(frozen=True)
+class KvScenario:
+    name: str
+    num_blocks: int
+
+
+@dataclass(frozen=True)
+class VllmBenchSpec:
+    workloads: Sequence[str] = DEFAULT_WORKLOADS
+    policies: Sequence[str] = ("grouped",)
+    model: str | None = None
+    """HF model directory; None builds the tiny random-weight Llama."""
+    scenarios: Sequence[KvScenario] = (
+        KvScenario("kv-pressure", 96),
+        KvScenario("no-pressure", 4096),
+    )
+    block_size: int = 32
+    max_model_len: int = 1024
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 4096
+    repeats: int = 3
+    seed: int = 0
+    dtype: str = "auto"
+    policy_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        from feather_sched.policies.registry import policy_names
+
+        bad = [p for p in self.policies if p not in policy_names()]
+        if bad:
+            raise ValueError(
+                f"unknown policies {bad} for --engine vllm; valid: {', '.join(policy_names())}"
+            )
+        unknown = [w for w in self.workloads if w not in TINY_WORKLOADS]
+        if unknown:
+            raise ValueError(
+                f"workloads {unknown} have no engine-sized settings; valid: "
+                f"{', '.join(TINY_WORKLOADS)}"
+            )
+        if self.repeats < 1 or not self.scenarios:
+            raise ValueError("need repeats >= 1 and at least one KV scenario")
+
+
+def engine_workload(name: str, vocab_size: int, seed: int) -> list[Request]:
+    """A named workload at engine scale; ids 4.. only (0-3 are the tokenizer's specials)."""
+    requests = make_workload(name, **TINY_WORKLOADS[name], vocab_size=vocab_size).generate(seed)
+    for r in requests:
+        r.prompt = np.maximum(r.prompt, 4).astype(np.int32)
+    return requests
+
+
+# vLLM CPU binds one OMP thread per core and spin-waits between ops; on a small machine shared
+# with other work a preempted OMP thread stalls every op (runs measured 10x apart here). One
+# unbound thread is both faster and steadier for small models. Set them yourself to override
+# (they must be set before torch is imported).
+CPU_THREAD_DEFAULTS = {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+
+
+def engine_env_defaults() -> None:
+    """In-process engine (the bench reads the live scheduler), quiet logs, CPU threads."""
+    for key, value in {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_LOGGING_LEVEL": "ERROR",
+        **CPU_THREAD_DEFAULTS,
+    }.items():
+        os.environ.setdefault(key, value)
+
+
+def require_vllm() -> None:
+    """Fail with the install recipe when vLLM is missing (the main venv has no vLLM)."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as err:
+        raise RuntimeError(
+            "--engine vllm needs vLLM: pip install torch==2.13.0 && pip install -e '.[vllm]' "
+            "&& pip uninstall -y torchvision torchaudio torchcodec  (see pyproject.toml)"
+        ) from err
+
+
+@contextmanager
+def _env(**values: str) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def model_dir(spec: VllmBenchSpec, cache: Path | None = None) -> tuple[str, str, int]:
+    """(model path, dtype, vocab size): the given HF dir, or the tiny Llama (built once)."""
+    if spec.model is not None:
+        config = json.loads((Path(spec.model) / "config.json").read_text())
+        return spec.model, spec.dtype, int(config["vocab_size"])
+    from feather_sched.bench.tiny_llama import TINY_LLAMA, build_tiny_llama
+
+    root = cache or Path(os.environ.get("FEATHER_CACHE", Path.home() / ".cache" / "feather"))
+    path = build_tiny_llama(root / "tiny-llama")
+    return str(path), TINY_LLAMA.dtype, TINY_LLAMA.vocab_size
+
+
+def make_llm(spec: VllmBenchSpec, path: str, dtype: str, num_blocks: int, feather: bool):
+    """An in-process engine; `feather` selects FeatherScheduler (policy set per run)."""
+    from vllm import LLM
+
+    kwargs: dict[str, Any] = dict(
+        dtype=dtype,
+        max_model_len=spec.max_model_len,
+        block_size=spec.block_size,
+        num_gpu_blocks_override=num_blocks,
+        max_num_seqs=spec.max_num_seqs,
+        max_num_batched_tokens=spec.max_num_batched_tokens,
+        gpu_memory_utilization=0.3,
+        enforce_eager=True,
+        seed=spec.seed,
+    )
+    if feather:
+        kwargs["scheduler_cls"] = "feather_sched.integrations.vllm.FeatherScheduler"
+    with _env(FEATHER_POLICY="fcfs"):  # replaced per run; fcfs needs no options
+        return LLM(path, **kwargs)
+
+
+def scheduler_of(llm):
+    return llm.llm_engine.engine_core.engine_core.scheduler
+
+
+def step_shape(sched, output) -> BatchShape:
+    """The step's BatchShape from vLLM's state right after `schedule()` (which has already
+    advanced num_computed_tokens by the scheduled tokens: vllm/v1/core/sched/scheduler.py
+    `_update_after_schedule`). Block ids come from `KVCacheManager.get_block_ids`: requests
+    sharing a cached prefix hold the same physical blocks, so sharing is read, not assumed."""
+    bs = sched.block_size
+    tables, contexts = [], []
+    prefill_tokens = prefill_pairs = prefill_seqs = 0
+    for rid, n in output.num_scheduled_tokens.items():
+        req = sched.requests[rid]
+        context = req.num_computed_tokens
+        before = context - n
+        tables.append(sched.kv_cache_manager.get_block_ids(rid)[0][: math.ceil(context / bs)])
+        contexts.append(context)
+        if before < req.num_tokens - 1:
+            prefill_tokens += n
+            prefill_pairs += n * before + n * (n + 1) // 2
+            prefill_seqs += 1
+    return BatchShape.from_block_tables(
+        tables,
+        bs,
+        contexts,
+        num_prefill_tokens=prefill_tokens,
+        prefill_attn_pairs=prefill_pairs,
+        num_prefill_seqs=prefill_seqs,
+    )
+
+
+class _StepProbe:
+    """Wraps a live scheduler's `schedule` / `_preempt_request` to count what each step did
+    (and, when asked, each step's exact BatchShape)."""
+
+    def __init__(
+        self,
+        sched,
+        group_of: Callable[[str], str | None],
+        record_shapes: bool = False,
+    ) -> None:
+        self.sched = sched
+        self.group_of = group_of
+        self.shapes: list[BatchShape] | None = [] if record_shapes else None
+        self.steps = 0
+        self.batch = 0
+        self.groups = 0
+        self.preemptions = 0
+        self.sched_s = 0.0
+        self._schedule = sched.schedule
+        self._preempt = sched._preempt_request
+        sched.schedule = self._on_schedule
+        sched._preempt_request = self._on_preempt
+
+    def _on_schedule(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = self._schedule(*args, **kwargs)
+        self.sched_s += time.perf_counter() - t0
+        ids = out.num_scheduled_tokens
+        if ids:
+            self.steps += 1
+            self.batch += len(ids)
+            self.groups += len({self.group_of(r) for r in ids})
+            if self.shapes is not None:
+                self.shapes.append(step_shape(self.sched, out))
+        return out
+
+    def _on_preempt(self, request, *args, **kwargs):
+        self.preemptions += 1
+        return self._preempt(request, *args, **kwargs)
+
+    def close(self) -> None:
+        del self.sched.schedule
+        del self.sched._preempt_request
+
+
+def run_once(
+    llm, requests: Sequence[Request], label: str, record_shapes: bool = False
+) -> dict[str, Any]:
+    """Serve `requests` (at their arrival times) on a warm engine; one result row.
+    `busy_s` is the measured time of its engine steps; with `record_shapes` the row also
+    carries `step_shapes` (each step's BatchShape, for replaying the run through a cost
+    model; not JSON: pop it before saving)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    engine = llm.llm_engine
+    llm.reset_prefix_cache()
+    order = sorted(requests, key=lambda r: r.arrival_time)
+    external: dict[str, Request] = {}
+    group: dict[str, str | None] = {}
+    probe = _StepProbe(scheduler_of(llm), lambda rid: group.get(rid), record_shapes)
+    busy = 0.0
+    arrived: dict[str, float] = {}
+    first: dict[str, float] = {}
+    done: dict[str, tuple[float, int]] = {}
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    i = 0
+    try:
+        while i < len(order) or engine.has_unfinished_requests():
+            now = time.perf_counter()
+            while i < len(order) and order[i].arrival_time <= now - t0:
+                r = order[i]
+                rid = f"{label}-{r.request_id}"
+                params = SamplingParams(
+                    max_tokens=r.output_len, ignore_eos=True, temperature=0.0, detokenize=False
+                )
+                internal = engine.add_request(
+                    rid, TokensPrompt(prompt_token_ids=r.prompt.tolist()), params
+                )
+                external[rid] = r
+                group[internal] = r.group or internal
+                arrived[rid] = t0 + r.arrival_time
+                i += 1
+            if not engine.has_unfinished_requests():
+                time.sleep(max(0.0, t0 + order[i].arrival_time - time.perf_counter()))
+                continue
+            started = time.perf_counter()
+            outs = engine.step()
+            t = time.perf_counter()
+            busy += t - started
+            for out in outs:
+                n = len(out.outputs[0].token_ids)
+                if n and out.request_id not in first:
+                    first[out.request_id] = t
+                if out.finished:
+                    done[out.request_id] = (t, n)
+    finally:
+        cpu_s = time.process_time() - cpu0
+        probe.close()
+    bad = [rid for rid, r in external.items() if done.get(rid, (0, -1))[1] != r.output_len]
+    if bad:
+        raise RuntimeError(
+            f"{len(bad)} requests did not finish with their output length: {bad[:3]}"
+        )
+    finish = max(t for t, _ in done.values())
+    makespan = finish - min(arrived.values())
+    ttft = np.array([first[rid] - arrived[rid] for rid in external])
+    latency = np.array([done[rid][0] - arrived[rid] for rid in external])
+    tokens = sum(n for _, n in done.values())
+    steps = max(1, probe.steps)
+    return {
+        "requests": len(external),
+        "output_tokens": tokens,
+        "makespan_s": round(makespan, 4),
+        "output_tok_s": round(tokens / makespan, 2),
+        "cpu_s": round(cpu_s, 3),
+        "output_tok_cpu_s": round(tokens / cpu_s, 2),
+        "mean_batch": round(probe.batch / steps, 2),
+        "mean_prefix_groups": round(probe.groups / steps, 2),
+        "ttft_p50_s": round(float(np.percentile(ttft, 50)), 4),
+        "ttft_p99_s": round(float(np.percentile(ttft, 99)), 4),
+        "latency_p50_s": round(float(np.percentile(latency, 50)), 4),
+        "sched_us_per_step": round(probe.sched_s / steps * 1e6, 2),
+        "steps": probe.steps,
+        "preemptions": probe.preemptions,
+        "busy_s": round(busy, 4),
+        **({"step_shapes": probe.shapes} if probe.shapes is not None else {}),
+    }
+
+
+def _warm_up(llm, vocab: int) -> None:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    rng = np.random.default_rng(0)
+    prompts = [TokensPrompt(prompt_token_ids=rng.integers(4, vocab, 64).tolist()) for _ in range(4)]
+    llm.generate(prompts, SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
+
+
+def _set_policy(llm, name: str, options: dict[str, Any]) -> None:
+    from feather_sched.policies.registry import make_policy
+
+    scheduler_of(llm).feather.policy = make_policy(name, **options)
+
+
+def run_vllm_bench(
+    spec: VllmBenchSpec,
+    on_progress: Callable[[str], None] | None = None,
+    cache: Path | None = None,
+) -> list[dict[str, Any]]:
+    """Every (KV scenario, workload, policy), `repeats` times interleaved; median rows."""
+    spec.validate()
+    engine_env_defaults()
+    require_vllm()
+    tick = on_progress or (lambda _label: None)
+    with _env(VLLM_ENABLE_V1_MULTIPROCESSING="0"):
+        path, dtype, vocab = model_dir(spec, cache)
+        workloads = {w: engine_workload(w, vocab, spec.seed) for w in spec.workloads}
+        rows: list[dict[str, Any]] = []
+        for scenario in spec.scenarios:
+            rows += _run_scenario(spec, scenario, path, dtype, vocab, workloads, tick)
+            # This scenario's engines are unreachable now; collect them before the next
+            # ones start (an engine torn down later would take the process-wide
+            # torch.distributed groups the live engines use with it).
+            gc.collect()
+    _add_relative(rows)
+    return rows
+
+
+def _run_scenario(
+    spec: VllmBenchSpec,
+    scenario: KvScenario,
+    path: str,
+    dtype: str,
+    vocab: int,
+    workloads: dict[str, list[Request]],
+    tick: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """One KV size: a default engine and a Feather engine, each policy swapped in per run."""
+    engines = open_engines(spec, scenario, path, dtype, vocab)
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for rep in range(spec.repeats):
+        for key, row in run_repetition(spec, scenario, engines, workloads, rep, tick):
+            runs.setdefault(key, []).append(row)
+    return median_rows(scenario, runs)
+
+
+def open_engines(
+    spec: VllmBenchSpec, scenario: KvScenario, path: str, dtype: str, vocab: int
+) -> dict[str, Any]:
+    """vLLM's own scheduler and FeatherScheduler at this KV size, warmed up. Engines share
+    process-wide torch.distributed state: drop them only when no other engine is in use."""
+    engines = {
+        BASELINE: make_llm(spec, path, dtype, scenario.num_blocks, feather=False),
+        "feather": make_llm(spec, path, dtype, scenario.num_blocks, feather=True),
+    }
+    for llm in engines.values():
+        _warm_up(llm, vocab)
+    return engines
+
+
+def run_repetition(
+    spec: VllmBenchSpec,
+    scenario: KvScenario,
+    engines: dict[str, Any],
+    workloads: dict[str, list[Request]],
+    rep: int,
+    tick: Callable[[str], None],
+    record_shapes: bool = False,
+) -> Iterator[tuple[tuple[str, str], dict[str, Any]]]:
+    """One run of every (workload, policy), the baseline first; ((workload, policy), row)."""
+    for wname, requests in workloads.items():
+        for pname in (BASELINE, *spec.policies):
+            engine = engines[BASELINE if pname == BASELINE else "feather"]
+            if pname != BASELINE:
+                _set_policy(engine, pname, spec.policy_options.get(pname, {}))
+            label = f"{scenario.name}/{wname}/{pname}/{rep}"
+            tick(label)
+            yield (wname, pname), run_once(engine, requests, label, record_shapes)
+
+
+def median_rows(
+    scenario: KvScenario, runs: dict[tuple[str, str], list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    rows = []
+    for (wname, pname), results in runs.items():
+        row = _median_row(f"{wname} ({scenario.name})", pname, results)
+        rows.append({**row, "kv_blocks": scenario.num_blocks, "scenario": scenario.name})
+    return rows
+
+
+def _median_row(workload: str, policy: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+    speeds = [r["output_tok_s"] for r in results]
+    mid = results[speeds.index(statistics.median_low(speeds))]
+    return {
+        "workload": workload,
+        "policy": policy,
+        **mid,
+        "repeats": len(results),
+        "output_tok_s_runs": speeds,
+    }
+
+
+def _add_relative(rows: list[dict[str, Any]]) -> None:
+    """`vs_fcfs`: output tokens/s relative to vLLM's own (FCFS) scheduler on the same
+    workload and KV scenario; `vs_fcfs_cpu` the same per CPU-second of the engine process
+    (robust to other load on a shared machine, blind to idle time)."""
+    for key, out in (("output_tok_s", "vs_fcfs"), ("output_tok_cpu_s", "vs_fcfs_cpu")):
+        base = {r["workload"]: r[key] for r in rows if r["policy"] == BASELINE}
+        for r in rows:
+            b = base.get(r["workload"])
+            r[out] = round(r[key] / b, 3) if b else None

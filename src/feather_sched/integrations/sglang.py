@@ -1,0 +1,289 @@
+"""Feather as an SGLang plugin: CHT ordering and ADD/STOP inside SGLang's own scheduler.
+
+SGLang loads every function registered under the entry point group `sglang.srt.plugins` in
+each of its processes (`sglang.srt.plugins.load_plugins`, called by the launcher,
+`Engine.__init__` and `run_scheduler_process`); `SGLANG_PLUGINS`, when set, is a
+comma-separated whitelist of plugin names. Feather's entry point is `feather` -> `register()`,
+which patches four methods through SGLang's `HookRegistry` (sglang/srt/plugins/hook_registry.py).
+Tested with SGLang 0.5.23; `Scheduler.get_prefill_adder_class` exists since 0.5.22 (before it,
+only the head of the queue would follow Feather, so `register` warns).
+
+- `SchedulePolicy.__init__`, AFTER: build the policy and the CHT with the scheduler, so a bad
+  config fails at startup.
+
+- `SchedulePolicy.calc_priority` (srt/managers/schedule_policy.py), AROUND: instead of the
+  radix-tree walk, sync the CHT with the waiting list and put the Feather policy's first
+  candidate at its head (`SGLangQueue.begin_pass`).
+- `Scheduler.get_prefill_adder_class` (srt/managers/scheduler.py, the documented override
+  point for the adder), AROUND: a subclass of whatever adder class SGLang (or another plugin)
+  returns, whose `add_one_req` asks the policy ADD/STOP before SGLang's own memory checks and
+  lines up the next candidate after each admission. STOP returns `AddReqResult.OTHER`, the
+  result SGLang's adder itself returns when `prefill_max_requests` is reached.
+- `Scheduler.get_next_batch_to_run`, AROUND: one call per event-loop iteration; the time
+  between two is the step time fed back to the policy (`Policy.end_step`).
+
+Config (environment, read in each process): Feather is on when `SGLANG_PLUGINS` names
+`feather` or `FEATHER_POLICY` is set; `FEATHER_POLICY` picks the policy from
+`feather_sched.policies.registry` (default `grouped`; `off` turns Feather off),
+`FEATHER_POLICY_KWARGS` is a JSON object of the policy's options, `FEATHER_CHUNK_SIZE` the CHT
+chunk in tokens (default 256: every admission updates one CHT key per chunk, so a 2,000-token
+prompt costs 8 key updates instead of 32 at 64-token chunks, about half of Feather's pass, see
+benchmarks/sglang.md; shared prefixes shorter than one chunk are not grouped).
+
+Off (or not loaded), no hook is registered and SGLang runs exactly as shipped. With the hooks
+applied, a `SchedulePolicy` built while Feather is off, or with priority scheduling on (which
+Feather does not model), runs SGLang's code unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from feather_sched.integrations.sglang_queue import SGLangQueue
+from feather_sched.policies.registry import make_policy
+
+logger = logging.getLogger("feather_sched.sglang")
+
+PLUGIN_NAME = "feather"
+ENV_POLICY = "FEATHER_POLICY"
+ENV_POLICY_KWARGS = "FEATHER_POLICY_KWARGS"
+ENV_CHUNK_SIZE = "FEATHER_CHUNK_SIZE"
+DEFAULT_POLICY = "grouped"
+DEFAULT_CHUNK_SIZE = 256
+_OFF = {"off", "none", "false", "0"}
+MIN_SGLANG = (0, 5, 22)
+
+_SCHEDULE_POLICY = "sglang.srt.managers.schedule_policy.SchedulePolicy"
+_SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+HOOK_TARGETS = (
+    f"{_SCHEDULE_POLICY}.__init__",
+    f"{_SCHEDULE_POLICY}.calc_priority",
+    f"{_SCHEDULER}.get_prefill_adder_class",
+    f"{_SCHEDULER}.get_next_batch_to_run",
+)
+
+
+@dataclass(frozen=True)
+class FeatherConfig:
+    """Which policy runs inside SGLang; `policy=None` means Feather is off."""
+
+    policy: str | None = DEFAULT_POLICY
+    policy_kwargs: dict[str, Any] = field(default_factory=dict)
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+
+    @property
+    def enabled(self) -> bool:
+        return self.policy is not None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> FeatherConfig:
+        env = os.environ if environ is None else environ
+        named = PLUGIN_NAME in {p.strip() for p in env.get("SGLANG_PLUGINS", "").split(",")}
+        raw = env.get(ENV_POLICY, "").strip()
+        if not raw:
+            # Installed is not enabled: SGLang loads every installed plugin by default.
+            policy = DEFAULT_POLICY if named else None
+        else:
+            policy = None if raw.lower() in _OFF else raw
+        kwargs = json.loads(env.get(ENV_POLICY_KWARGS) or "{}")
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"{ENV_POLICY_KWARGS} must be a JSON object, got {kwargs!r}")
+        chunk = int(env.get(ENV_CHUNK_SIZE) or DEFAULT_CHUNK_SIZE)
+        if chunk < 1:
+            raise ValueError(f"{ENV_CHUNK_SIZE} must be >= 1, got {chunk}")
+        return cls(policy, kwargs, chunk)
+
+
+# SchedulePolicy -> its queue, or None when Feather stays out of that scheduler.
+_QUEUES: weakref.WeakKeyDictionary[Any, SGLangQueue | None] = weakref.WeakKeyDictionary()
+
+
+def register() -> None:
+    """Entry point `feather` in group `sglang.srt.plugins`: register the hooks if enabled."""
+    config = FeatherConfig.from_env()
+    if not config.enabled:
+        logger.info(
+            "Feather plugin loaded but off (set %s or SGLANG_PLUGINS=%s)", ENV_POLICY, PLUGIN_NAME
+        )
+        return
+    make_policy(config.policy, **config.policy_kwargs)  # fail at load on a bad name/option
+    if _sglang_version() < MIN_SGLANG:
+        logger.warning(
+            "Feather needs SGLang >= %s for ADD/STOP (Scheduler.get_prefill_adder_class); "
+            "with this version only the head of the waiting queue follows Feather",
+            ".".join(map(str, MIN_SGLANG)),
+        )
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    init, calc, adder, step = HOOK_TARGETS
+    HookRegistry.register(init, _after_policy_init, HookType.AFTER)
+    HookRegistry.register(calc, _around_calc_priority, HookType.AROUND)
+    HookRegistry.register(adder, _around_prefill_adder_class, HookType.AROUND)
+    HookRegistry.register(step, _around_next_batch, HookType.AROUND)
+    logger.info(
+        "Feather plugin on: policy %r, CHT chunk %d tokens", config.policy, config.chunk_size
+    )
+
+
+def _sglang_version() -> tuple[int, ...]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        raw = version("sglang")
+    except PackageNotFoundError:
+        return (0,)
+    parts = []
+    for piece in raw.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def queue_for(schedule_policy: Any) -> SGLangQueue | None:
+    """The Feather queue of an SGLang `SchedulePolicy` (created on first use), or None."""
+    if schedule_policy is None:
+        return None
+    try:
+        return _QUEUES[schedule_policy]
+    except KeyError:
+        queue = _attach(schedule_policy, FeatherConfig.from_env())
+        _QUEUES[schedule_policy] = queue
+        return queue
+    except TypeError:  # not weak-referenceable: not a SchedulePolicy
+        return None
+
+
+def _attach(schedule_policy: Any, config: FeatherConfig) -> SGLangQueue | None:
+    if not config.enabled:
+        return None
+    if getattr(schedule_policy, "enable_priority_scheduling", False):
+        logger.warning(
+            "Feather stays off: priority scheduling is on and Feather ignores request priorities"
+        )
+        return None
+    tree_cache = getattr(schedule_policy, "tree_cache", None)
+    return SGLangQueue(
+        make_policy(config.policy, **config.policy_kwargs),
+        chunk_size=config.chunk_size,
+        block_size=int(getattr(tree_cache, "page_size", 1) or 1),
+        tree_cache=tree_cache,
+    )
+
+
+# ---------------------------------------------------------------------------- hooks
+def _after_policy_init(result: Any, schedule_policy: Any, *args: Any, **kwargs: Any) -> None:
+    """Build the queue with the scheduler, so a bad config fails at startup, not mid-run."""
+    _QUEUES.pop(schedule_policy, None)
+    queue_for(schedule_policy)
+
+
+def _around_calc_priority(
+    original: Any,
+    schedule_policy: Any,
+    waiting_queue: list,
+    running_batch: Any = None,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    queue = queue_for(schedule_policy)
+    if queue is None:
+        return original(schedule_policy, waiting_queue, running_batch, *args, **kwargs)
+    running = None if running_batch is None else running_batch.reqs
+    queue.begin_pass(waiting_queue, running)
+    _touch_waiting_prefixes(schedule_policy, waiting_queue)
+    return None
+
+
+def _touch_waiting_prefixes(schedule_policy: Any, waiting_queue: list) -> None:
+    """Keep SGLang's LRU refresh of waiting prefixes, as its fcfs pass does
+    (`SchedulePolicy._touch_waiting_prefixes`, every 32nd pass, the first 128 waiting)."""
+    touch = getattr(schedule_policy, "_touch_waiting_prefixes", None)
+    if touch is None:
+        return
+    from sglang.srt.managers.schedule_policy import CacheAgnosticPolicy
+
+    touch(CacheAgnosticPolicy.FCFS, waiting_queue)
+
+
+def _around_prefill_adder_class(original: Any, scheduler: Any, *args: Any, **kwargs: Any) -> Any:
+    base = original(scheduler, *args, **kwargs)
+    queue = queue_for(getattr(scheduler, "policy", None))
+    if queue is None:
+        return base
+    max_running = getattr(scheduler, "max_running_requests", None)
+    if max_running:
+        queue.max_num_seqs = int(max_running)
+    return feather_adder_class(base, queue)
+
+
+def _around_next_batch(original: Any, scheduler: Any, *args: Any, **kwargs: Any) -> Any:
+    plan = original(scheduler, *args, **kwargs)
+    queue = queue_for(getattr(scheduler, "policy", None))
+    if queue is not None:
+        batch = getattr(plan, "batch_to_run", plan)  # NextBatchPlan, or a batch (older)
+        reqs = getattr(batch, "reqs", None) or ()
+        mode = getattr(batch, "forward_mode", None)
+        is_extend = mode is not None and mode.is_extend()
+        prefill = int(getattr(batch, "extend_num_tokens", 0) or 0) if is_extend else 0
+        queue.on_step(len(reqs), prefill)
+    return plan
+
+
+# ---------------------------------------------------------------------------- the adder
+class FeatherAdderMixin:
+    """ADD/STOP and lazy candidate order on top of SGLang's `PrefillAdder.add_one_req`.
+
+    SGLang's adder still decides whether a request fits (token budget, KV pool, slots): the
+    policy only gets to say STOP before it is asked, and picks which request is offered next.
+    """
+
+    _feather_queue: SGLangQueue
+    _feather_stop: Any
+    _feather_continue: Any
+
+    def add_one_req(self, req: Any, *args: Any, **kwargs: Any) -> Any:
+        queue = self._feather_queue
+        can_run = self.can_run_list  # type: ignore[attr-defined]
+        if not queue.before_offer(req, nothing_admitted=not can_run):
+            return self._feather_stop
+        result = super().add_one_req(req, *args, **kwargs)  # type: ignore[misc]
+        queue.after_offer(
+            req,
+            added=bool(can_run) and can_run[-1] is req,
+            proceed=result == self._feather_continue,
+            chunked=getattr(self, "new_chunked_req", None) is req,
+        )
+        return result
+
+    def add_chunked_req(self, req: Any, *args: Any, **kwargs: Any) -> Any:
+        result = super().add_chunked_req(req, *args, **kwargs)  # type: ignore[misc]
+        self._feather_queue.note_chunked(req, still_chunked=result is not None)
+        return result
+
+
+def feather_adder_class(base: type, queue: SGLangQueue) -> type:
+    """`base` (SGLang's PrefillAdder or a plugin's subclass of it) with Feather on top,
+    bound to `queue`; one class per (base, queue)."""
+    cached = queue.adder_classes.get(base)
+    if cached is not None:
+        return cached
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    cls = type(
+        f"Feather{base.__name__}",
+        (FeatherAdderMixin, base),
+        {
+            "_feather_queue": queue,
+            "_feather_stop": AddReqResult.OTHER,
+            "_feather_continue": AddReqResult.CONTINUE,
+            "__module__": __name__,
+        },
+    )
+    queue.adder_classes[base] = cls
+    return cls

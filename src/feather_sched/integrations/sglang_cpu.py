@@ -1,0 +1,47 @@
+"""Import SGLang's scheduler modules next to a CPU-only torch (tests and benchmarks only).
+
+Why this exists: SGLang 0.5.x imports torchvision at import time (sglang/srt/configs/__init__.py
+-> nano_nemotron_vl.py -> multimodal/internvl_utils.py), and PyPI's torchvision wheels are CUDA
+builds. Next to the CPU torch their op library (`torchvision/_C.so`) does not load, and
+torchvision/_meta_registrations.py then fails at import on `register_fake("torchvision::nms")`:
+"operator torchvision::nms does not exist". Declaring the schemas of the ops it registers fakes
+for unconditionally (nms, qnms in torchvision 0.28) lets its pure-Python parts import; no
+torchvision op is ever run by the scheduler code. Where the op library loads (a GPU install, or
+a CPU build of torchvision) this does nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+_SCHEMAS = {
+    "nms": "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+    "qnms": "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+}
+_libs: list = []  # keep the fragment alive: dropping it would unregister the schemas
+
+
+def prepare_cpu_import() -> bool:
+    """Make `import torchvision` (and so SGLang) work on a CPU torch. True if it had to act."""
+    if _libs or importlib.util.find_spec("torch") is None:
+        return False
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    import torch
+
+    so = next(Path(spec.submodule_search_locations[0]).glob("_C*.so"), None)
+    try:
+        if so is None:
+            raise OSError("torchvision/_C.so not found")
+        torch.ops.load_library(str(so))
+        return False  # the real ops are there
+    except (OSError, RuntimeError):
+        pass
+    lib = torch.library.Library("torchvision", "FRAGMENT")
+    for name, schema in _SCHEMAS.items():
+        if not hasattr(torch.ops.torchvision, name):
+            lib.define(schema)
+    _libs.append(lib)
+    return True

@@ -1,0 +1,454 @@
+"""Feather's side of SGLang's waiting queue: a CHT kept in step with it, and one admission pass.
+
+SGLang 0.5.x forms a prefill batch in `Scheduler._get_new_batch_prefill_raw`
+(python/sglang/srt/managers/scheduler.py): `self.policy.calc_priority(self.waiting_queue,
+running_batch)` orders the list in place, then `for req in self.waiting_queue:` offers each
+request to a `PrefillAdder` (`add_one_req`) and breaks at the first result that is not
+CONTINUE. The adder owns every memory decision (token budget, KV pool, request slots).
+
+A Feather policy is lazy: it proposes the next candidate after the previous one was admitted
+(`Policy.candidates`, as the simulator's `_admit` drives it). So a pass here is lazy too:
+`begin_pass` (from `calc_priority`) puts the policy's first candidate at the head of the list;
+each time the adder admits the candidate the scheduler offered, the next candidate is moved into
+the slot the scheduler's `for` loop reads next (a list iterator reads by index, so moving items
+ahead of it is seen; Python reference, "The for statement"). No order is computed for requests
+SGLang will not reach this pass, and ADD/STOP is asked exactly when SGLang offers a request.
+
+The CHT follows SGLang's lists by request id (set differences per pass); only prompts seen for
+the first time are hashed (`chunk_digests` over `origin_input_ids`). This module imports nothing
+from SGLang: it reads `rid`, `origin_input_ids`, `sampling_params.max_new_tokens`, `extra_key`
+and `cache_salt` off the requests it is given.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from feather_sched.index.cht import ChunkedHashTree, chunk_digests
+from feather_sched.policies.base import Policy
+from feather_sched.request import Request
+
+logger = logging.getLogger("feather_sched.sglang")
+
+_rid = attrgetter("rid")
+UNBOUNDED_SEQS = 1 << 30
+"""`max_num_seqs` until the scheduler tells us its `max_running_requests`."""
+
+
+def prompt_tokens(req: Any) -> np.ndarray:
+    """A request's prompt as an int64 array, without copying SGLang's `array('q')`."""
+    ids = req.origin_input_ids
+    if isinstance(ids, array) and ids.itemsize == 8:
+        return np.frombuffer(ids, dtype=np.int64) if len(ids) else np.zeros(0, np.int64)
+    return np.asarray(ids, dtype=np.int64)
+
+
+@dataclass
+class QueueStats:
+    """Counters a test, a benchmark or a log line can read off a live scheduler."""
+
+    passes: int = 0
+    hashed: int = 0
+    """Prompts hashed into the CHT (each request once, on its first pass)."""
+    admitted: int = 0
+    stops: int = 0
+    """Passes ended by the policy's STOP."""
+    forced: int = 0
+    """STOPs overridden because nothing was running (never stall the engine)."""
+    handovers: int = 0
+    """Passes left to SGLang's own order (the scheduler skipped Feather's candidate, e.g. a
+    LoRA limit, or the policy failed)."""
+    policy_errors: int = 0
+    feedback_steps: int = 0
+    ordering_s: float = 0.0
+    """CPU seconds in Feather's ordering: syncing the CHT, the policy, moving list items."""
+    last_error: str | None = None
+
+
+class _Mode(enum.Enum):
+    FEATHER = "feather"  # the policy picks each candidate
+    SGLANG = "sglang"  # handed over: SGLang's list order for the rest of the pass
+    STOPPED = "stopped"  # the policy said STOP (or has no candidate left)
+
+
+@dataclass
+class _Pass:
+    queue: list
+    candidates: Iterator[str]
+    mode: _Mode = _Mode.FEATHER
+    pending: str | None = None
+    pos: int = 0
+    seen: set[str] = field(default_factory=set)
+    forced: bool = False
+
+
+class SGLangQueue:
+    """The CHT, the policy and one admission pass, tied to one SGLang `SchedulePolicy`.
+
+    Also the policy's `SchedulerView`: the view is live, so after the adder admits a
+    candidate the index, `num_running` and `waiting_ids()` already reflect it.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        chunk_size: int = 64,
+        block_size: int = 1,
+        tree_cache: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.policy = policy
+        self.index = ChunkedHashTree(chunk_size)
+        self.tree_cache = tree_cache
+        self._block_size = max(1, int(block_size))
+        self._clock = clock
+        self.max_num_seqs = UNBOUNDED_SEQS
+        self.stats = QueueStats()
+        self.timer: Callable[[], float] = time.perf_counter
+        """Clock of `stats.ordering_s` (a benchmark may use time.process_time)."""
+        self.chunked_rid: str | None = None
+        """The request SGLang is prefilling chunk by chunk: running, though in neither list."""
+        self._chunk_pass = 0
+        self._reqs: dict[str, Any] = {}
+        self._entered: dict[str, float] = {}
+        self._waiting: set[str] = set()
+        self._running: set[str] = set()
+        self._queue: list = []
+        self._pass: _Pass | None = None
+        self._requests: dict[str, Request] = {}
+        self._block_hashes: dict[str, list[int]] = {}
+        self._last_step: tuple[float, int, int] | None = None
+        self.adder_classes: dict[type, type] = {}
+        """Feather adder subclasses built for this queue, by SGLang base class."""
+
+    # ------------------------------------------------------------------ SchedulerView
+    @property
+    def now(self) -> float:
+        return self._clock()
+
+    @property
+    def block_size(self) -> int:
+        return self._block_size
+
+    @property
+    def num_running(self) -> int:
+        return self.index.num_running
+
+    @property
+    def num_waiting(self) -> int:
+        return self.index.num_waiting
+
+    def waiting_ids(self) -> Iterator[str]:
+        waiting = self._waiting
+        return (rid for rid in map(_rid, self._queue) if rid in waiting)
+
+    def request(self, request_id: str) -> Request:
+        req = self._requests.get(request_id)
+        if req is None:
+            sg = self._reqs[request_id]
+            max_new = getattr(getattr(sg, "sampling_params", None), "max_new_tokens", None)
+            req = self._requests[request_id] = Request(
+                request_id=str(request_id),
+                prompt=prompt_tokens(sg),
+                output_len=max(1, int(max_new or 1)),
+                arrival_time=max(0.0, self._entered[request_id]),
+            )
+        return req
+
+    def arrival_time(self, request_id: str) -> float:
+        """When Feather first saw the request waiting (reset when it is retracted)."""
+        return self._entered[request_id]
+
+    def block_hashes(self, request_id: str) -> Sequence[int]:
+        hashes = self._block_hashes.get(request_id)
+        if hashes is None:
+            tokens = prompt_tokens(self._reqs[request_id])
+            full = len(tokens) // self._block_size * self._block_size
+            hashes = self._block_hashes[request_id] = chunk_digests(tokens[:full], self._block_size)
+        return hashes
+
+    def cached_blocks(self, request_id: str) -> int:
+        """Leading prompt blocks SGLang's radix cache holds (a real tree match, as lpm does)."""
+        if self.tree_cache is None:
+            return 0
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        sg = self._reqs[request_id]
+        key = RadixKey(
+            token_ids=sg.origin_input_ids,
+            extra_key=getattr(sg, "extra_key", None),
+            cache_salt=getattr(sg, "cache_salt", None),
+        )
+        hit = self.tree_cache.match_prefix(MatchPrefixParams(key=key)).device_prefix_len
+        return int(hit) // self._block_size
+
+    # ------------------------------------------------------------------ keeping in step
+    def sync(self, waiting_queue: Sequence[Any], running: Iterable[Any] | None) -> None:
+        """Make the CHT hold SGLang's waiting list (WAITING) and running batch (RUNNING).
+
+        A diff by rid (C-level set operations; rids are strings with cached hashes), so only
+        requests that moved cost Python work. `running=None` (a caller without a running
+        batch) leaves the running side alone.
+        """
+        waiting, run, index = self._waiting, self._running, self.index
+        cur_w = set(map(_rid, waiting_queue))
+        running_reqs = None if running is None else list(running)
+        cur_r = None if running_reqs is None else set(map(_rid, running_reqs))
+        chunked = self.chunked_rid
+        if chunked is not None:
+            # SGLang offers its chunked request to the adder every pass until its last chunk;
+            # one the last pass did not see was aborted or has finished chunking.
+            stale = self._chunk_pass != self.stats.passes - 1
+            if stale or chunked in cur_w or chunked not in index:
+                self.chunked_rid = chunked = None
+            elif cur_r is not None:
+                cur_r.add(chunked)
+        now = self._clock()
+        # left the waiting list: admitted (now running) or aborted
+        for rid in waiting - cur_w:
+            waiting.discard(rid)
+            if cur_r is None or rid in cur_r:
+                index.admit(rid)
+                run.add(rid)
+            else:
+                index.remove(rid)
+                self._forget(rid)
+        # left the running batch without coming back to the list: finished or aborted
+        if cur_r is not None:
+            for rid in run - cur_r - cur_w:
+                run.discard(rid)
+                index.finish(rid)
+                self._forget(rid)
+        # joined the list: retracted/preempted running requests, or new arrivals
+        fresh: set[str] = set()
+        for rid in cur_w - waiting:
+            if rid in run:
+                run.discard(rid)
+                index.preempt(rid)
+                waiting.add(rid)
+                self._entered[rid] = now
+            else:
+                fresh.add(rid)
+        if fresh:
+            # New arrivals are appended to SGLang's list: find them from the end, then add
+            # them in list order, which is the CHT's within-group order (oldest first).
+            found: list[Any] = []
+            for req in reversed(waiting_queue):
+                if req.rid in fresh:
+                    found.append(req)
+                    if len(found) == len(fresh):
+                        break
+            self._add_new(reversed(found), fresh, now, running=False)
+        # running requests never seen waiting (e.g. Feather enabled mid-flight)
+        if cur_r is not None and running_reqs is not None:
+            unknown = cur_r - run - waiting
+            unknown.discard(chunked)
+            if unknown:
+                self._add_new(iter(running_reqs), unknown, now, running=True)
+
+    def note_chunked(self, req: Any, still_chunked: bool) -> None:
+        """The adder scheduled a chunk of `req` (`PrefillAdder.add_chunked_req`)."""
+        rid = req.rid
+        if rid not in self.index:
+            self._add_new(iter((req,)), {rid}, self._clock(), running=True)
+        elif rid in self._waiting:
+            self._admit(rid)
+        self.chunked_rid = rid if still_chunked else None
+        self._chunk_pass = self.stats.passes
+
+    def _add_new(self, reqs: Iterator[Any], rids: set[str], now: float, running: bool) -> None:
+        need = len(rids)
+        chunk = self.index.chunk_size
+        for req in reqs:
+            rid = req.rid
+            if rid not in rids or rid in self.index:
+                continue
+            self.index.add(rid, digests=chunk_digests(prompt_tokens(req), chunk))
+            self.stats.hashed += 1
+            self._reqs[rid] = req
+            self._entered[rid] = now
+            if running:
+                self.index.admit(rid)
+                self._running.add(rid)
+            else:
+                self._waiting.add(rid)
+            need -= 1
+            if not need:
+                return
+
+    def _admit(self, rid: str) -> None:
+        self._waiting.discard(rid)
+        self._running.add(rid)
+        self.index.admit(rid)
+        self.stats.admitted += 1
+
+    def _forget(self, rid: str) -> None:
+        self._reqs.pop(rid, None)
+        self._entered.pop(rid, None)
+        self._requests.pop(rid, None)
+        self._block_hashes.pop(rid, None)
+
+    # ------------------------------------------------------------------ one admission pass
+    def begin_pass(self, waiting_queue: list, running: Iterable[Any] | None) -> None:
+        """`calc_priority`: sync, then put the policy's first candidate at the list head."""
+        t0 = self.timer()
+        self._end_pass()
+        self.stats.passes += 1
+        self.sync(waiting_queue, running)
+        self._queue = waiting_queue
+        try:
+            self.policy.begin_step(self)
+            p = _Pass(waiting_queue, self.policy.candidates(self))
+        except Exception as err:
+            self._policy_failed(err)
+            p = _Pass(waiting_queue, iter(()), mode=_Mode.SGLANG)
+        self._pass = p
+        if p.mode is _Mode.FEATHER:
+            self._advance(p, 0)
+        self.stats.ordering_s += self.timer() - t0
+
+    def before_offer(self, req: Any, nothing_admitted: bool) -> bool:
+        """The scheduler offers `req` to the adder: True lets SGLang try it, False is STOP."""
+        t0 = self.timer()
+        try:
+            p = self._pass
+            if p is None or p.mode is _Mode.SGLANG:
+                return True
+            if p.mode is _Mode.FEATHER and req.rid != p.pending:
+                # The scheduler skipped our candidate (LoRA limit, pooling mode, storage
+                # prefetch: `continue` before add_one_req) or walks another list: let SGLang
+                # finish this pass in its own order rather than stall.
+                self.stats.handovers += 1
+                p.mode = _Mode.SGLANG
+                return True
+            if p.mode is _Mode.STOPPED:
+                return self._never_stall(p, nothing_admitted)
+            try:
+                add = self.policy.accept(self, req.rid)
+            except Exception as err:
+                self._policy_failed(err)
+                p.mode = _Mode.SGLANG
+                return True
+            if add:
+                return True
+            p.mode = _Mode.STOPPED
+            self.stats.stops += 1
+            return self._never_stall(p, nothing_admitted)
+        finally:
+            self.stats.ordering_s += self.timer() - t0
+
+    def after_offer(self, req: Any, added: bool, proceed: bool, chunked: bool) -> None:
+        """The adder answered: `added` to its batch; `proceed` = CONTINUE (look further)."""
+        t0 = self.timer()
+        rid = req.rid
+        if added and rid in self._waiting:
+            self._admit(rid)
+        if added and chunked:
+            self.chunked_rid = rid
+            self._chunk_pass = self.stats.passes
+        p = self._pass
+        if p is not None and p.mode is _Mode.FEATHER and rid == p.pending:
+            if added and proceed:
+                self._advance(p, p.pos + 1)
+            else:
+                p.pending = None
+                p.mode = _Mode.STOPPED
+        self.stats.ordering_s += self.timer() - t0
+
+    def _never_stall(self, p: _Pass, nothing_admitted: bool) -> bool:
+        # As the simulator: a STOP while nothing runs would leave the engine idle forever.
+        if nothing_admitted and not p.forced and self.index.num_running == 0:
+            p.forced = True
+            self.stats.forced += 1
+            return True
+        return False
+
+    def _advance(self, p: _Pass, slot: int) -> None:
+        """Ask the policy for its next candidate and move it into list position `slot`."""
+        try:
+            rid = next(p.candidates, None)
+        except Exception as err:
+            self._policy_failed(err)
+            p.mode = _Mode.SGLANG
+            return
+        if rid is None:
+            p.pending = None
+            p.mode = _Mode.STOPPED
+            return
+        if rid in p.seen or rid not in self._waiting:
+            why = "twice in one pass" if rid in p.seen else "that is not waiting"
+            self._policy_failed(RuntimeError(f"policy proposed {rid!r} {why}"))
+            p.mode = _Mode.SGLANG
+            return
+        p.seen.add(rid)
+        queue = p.queue
+        try:
+            j = queue.index(self._reqs[rid], slot)
+        except ValueError:  # not in the list the scheduler walks: leave the order to SGLang
+            self.stats.handovers += 1
+            p.mode = _Mode.SGLANG
+            return
+        if j != slot:
+            queue.insert(slot, queue.pop(j))
+        p.pending = rid
+        p.pos = slot
+
+    def _end_pass(self) -> None:
+        p, self._pass = self._pass, None
+        if p is not None:
+            close = getattr(p.candidates, "close", None)
+            if close is not None:
+                close()
+
+    def _policy_failed(self, err: BaseException) -> None:
+        self.stats.policy_errors += 1
+        self.stats.last_error = f"{type(err).__name__}: {err}"
+        if self.stats.policy_errors == 1:
+            logger.error(
+                "Feather policy %r failed; SGLang's order is used for this pass",
+                getattr(self.policy, "name", self.policy),
+                exc_info=err,
+            )
+
+    # ------------------------------------------------------------------ step feedback
+    def on_step(self, batch_size: int, prefill_tokens: int) -> None:
+        """A scheduler iteration picked its batch: report the previous one to the policy.
+
+        A step's time is the wall time between two iterations of SGLang's event loop (one
+        forward each); idle iterations (no batch) report nothing.
+        """
+        now = self._clock()
+        last, self._last_step = self._last_step, (now, batch_size, prefill_tokens)
+        if last is None or last[1] <= 0:
+            return
+        self.stats.feedback_steps += 1
+        try:
+            self.policy.end_step(self, now - last[0], last[1], last[2])
+        except Exception as err:
+            self._policy_failed(err)
+
+    # ------------------------------------------------------------------ checks
+    def check(self, waiting_queue: Sequence[Any], running: Iterable[Any]) -> None:
+        """Raise if the CHT disagrees with SGLang's lists (tests and debugging)."""
+        cur_w = set(map(_rid, waiting_queue))
+        cur_r = set(map(_rid, running))
+        if self.chunked_rid is not None:
+            cur_r.add(self.chunked_rid)
+        if cur_w != self._waiting or cur_r != self._running:
+            raise AssertionError(
+                f"CHT out of step: waiting {sorted(self._waiting ^ cur_w)[:5]}, "
+                f"running {sorted(self._running ^ cur_r)[:5]}"
+            )
+        if self.index.num_waiting != len(cur_w) or self.index.num_running != len(cur_r):
+            raise AssertionError("CHT counts disagree with SGLang's lists")

@@ -1,0 +1,54 @@
+"""feather-ppo: Feather's decisions made by a small PPO-trained network, run in numpy.
+
+Same candidate order, starvation guard and automatic ADDs as `feather` (it subclasses it);
+only the ADD/STOP choice differs: instead of the online bandit, a [32, 32] tanh MLP reads the
+observation of `rl.observation` and picks the likelier action. The net is trained offline
+(`feather train`: imitation of the bandit, then stable-baselines3 PPO on `rl.env.FeatherEnv`).
+The forward pass is two tiny numpy matmuls and a dot product (a few microseconds), so the
+policy needs neither torch nor the `rl` extra.
+
+It does not learn online: it is as good as its training mix and the hardware profile it was
+trained on (the shipped weights: H100 + Llama-3-8B, plain paged kernel; their .npz carries
+the training settings in `net.meta`). `FEATHER_PPO_WEIGHTS=PATH` swaps in other weights
+wherever the policy is made by name (e.g. `feather bench`).
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from feather_sched.rl.numpy_mlp import NumpyMLP
+from feather_sched.rl.observation import FEATURES, DelegatedFeather
+
+__all__ = ["DEFAULT_WEIGHTS", "WEIGHTS_ENV", "FeatherPPOPolicy", "default_weights_path"]
+
+DEFAULT_WEIGHTS = "weights/feather_ppo.npz"
+WEIGHTS_ENV = "FEATHER_PPO_WEIGHTS"
+"""Environment variable naming other weights (e.g. from `feather train`) for by-name use."""
+
+
+def default_weights_path() -> Path:
+    """$FEATHER_PPO_WEIGHTS when set, else the weights shipped in the package."""
+    override = os.environ.get(WEIGHTS_ENV)
+    if override:
+        return Path(override)
+    return Path(str(resources.files("feather_sched.policies").joinpath(DEFAULT_WEIGHTS)))
+
+
+class FeatherPPOPolicy(DelegatedFeather):
+    name = "feather-ppo"
+
+    def __init__(self, weights: str | Path | None = None, max_wait_s: float = 60.0) -> None:
+        super().__init__(max_wait_s=max_wait_s)
+        self.net = NumpyMLP.load(weights or default_weights_path(), expect_features=FEATURES)
+        if self.net.out_dim != 2:
+            raise ValueError(
+                f"feather-ppo needs 2 logits (ADD, STOP), the net has {self.net.out_dim}"
+            )
+
+    def choose(self, observation: np.ndarray) -> int:
+        return self.net.act(observation)

@@ -1,0 +1,143 @@
+"""EngineIndex: the engine adapters' CHT bookkeeping, on fake engine requests (no engine)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from feather_sched.bench.tiny_llama import TINY_LLAMA
+from feather_sched.index.cht import RequestState, chunk_digests
+from feather_sched.integrations.engine_index import EngineIndex, hash_to_int, sample_chain
+from feather_sched.sim.cost import load_model
+
+BLOCK = 4
+
+
+def chained(tokens: list[int], block: int) -> list[bytes]:
+    """vLLM-style block hashes: sha256 over (parent, block tokens), full blocks only."""
+    out, parent = [], b""
+    for i in range(len(tokens) // block):
+        parent = hashlib.sha256(parent + str(tokens[i * block : (i + 1) * block]).encode()).digest()
+        out.append(parent)
+    return out
+
+
+@dataclass
+class FakeRequest:
+    request_id: str
+    prompt_token_ids: list[int]
+    max_tokens: int = 4
+    arrival_time: float = 1.0
+    block_hashes: list[bytes] = field(default_factory=list)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+
+def req(rid: str, tokens: list[int], hashed: bool = True) -> FakeRequest:
+    return FakeRequest(rid, tokens, block_hashes=chained(tokens, BLOCK) if hashed else [])
+
+
+PREFIX = list(range(100, 112))  # 3 blocks
+
+
+def test_hash_to_int_and_sample_chain() -> None:
+    assert hash_to_int(b"\x01" + b"\x00" * 31) == 1
+    assert hash_to_int(7) == 7
+    assert sample_chain([1, 2, 3, 4, 5], 1) == [1, 2, 3, 4, 5]
+    assert sample_chain([1, 2, 3, 4, 5], 2) == [2, 4, 5]
+    assert sample_chain([1, 2, 3, 4], 2) == [2, 4]
+    assert sample_chain([], 3) == []
+
+
+def test_engine_hashes_give_prefix_groups() -> None:
+    index = EngineIndex(BLOCK)
+    a, b = req("a", [*PREFIX, 1, 2, 3, 4, 5]), req("b", [*PREFIX, 9, 9, 9, 9])
+    c = req("c", list(range(200, 216)))
+    for r in (a, b, c):
+        index.waiting(r, now=2.0)
+    assert index.cht.num_waiting == 3
+    index.running(a, now=3.0)
+    best = index.cht.best_candidate()
+    assert best is not None and best.request_id == "b" and best.matched_chunks == 3
+    assert index.block_digests("a") == [hash_to_int(h) for h in a.block_hashes]
+    assert index.request("a").prompt_len == 17 and index.request("a").output_len == 4
+    assert index.entered("a") == 1.0  # its arrival time
+
+
+def test_transitions_are_idempotent_and_forget_cleans_up() -> None:
+    index = EngineIndex(BLOCK)
+    a = req("a", [*PREFIX, 1])
+    index.waiting(a, 1.0)
+    index.waiting(a, 1.0)
+    index.running(a, 2.0)
+    index.running(a, 2.0)
+    assert index.cht.state("a") is RequestState.RUNNING
+    index.waiting(a, 5.0)  # preempted: waits again from now
+    assert index.cht.state("a") is RequestState.WAITING and index.entered("a") == 5.0
+    index.park("a")
+    index.park("a")
+    assert "a" not in index and index.num_tracked == 1  # metadata kept while parked
+    index.running(a, 6.0)  # admitted from another queue
+    index.forget("a")
+    index.forget("a")
+    assert len(index) == 0 and index.num_tracked == 0 and index.cht.is_empty()
+
+
+def test_without_engine_hashes_the_prompt_is_hashed_here() -> None:
+    index = EngineIndex(BLOCK, chunk_blocks=2)
+    tokens = [*PREFIX, 1, 2]
+    index.waiting(req("a", tokens, hashed=False), 0.0)
+    digests = [d for _, d in index.cht.keys_of("a")]
+    assert digests == chunk_digests(np.array(tokens), 2 * BLOCK)
+    assert index.block_digests("a") == chunk_digests(np.array(tokens[:12]), BLOCK)
+
+
+def test_chunk_blocks_coarsens_the_chain() -> None:
+    index = EngineIndex(BLOCK, chunk_blocks=2)
+    a, b = req("a", [*PREFIX, 1, 2, 3, 4]), req("b", [*PREFIX, 5, 6, 7, 8])  # 4 blocks each
+    index.waiting(a, 0.0)
+    index.waiting(b, 0.0)
+    assert len(index.cht.keys_of("a")) == 2
+    index.running(a, 0.0)
+    best = index.cht.best_candidate()
+    assert best is not None and best.matched_chunks == 1  # chunk 0 = blocks 0-1 shared
+
+
+def test_resync_rebuilds_from_engine_queues() -> None:
+    index = EngineIndex(BLOCK)
+    a, b, c = (req(x, [*PREFIX, i]) for i, x in enumerate("abc"))
+    index.waiting(a, 0.0)
+    index.running(b, 0.0)
+    index.resync(running=[a], waiting=[c], now=1.0)
+    assert index.cht.state("a") is RequestState.RUNNING
+    assert index.cht.state("c") is RequestState.WAITING
+    assert "b" not in index
+
+
+def test_bad_sizes_rejected() -> None:
+    with pytest.raises(ValueError):
+        EngineIndex(0)
+    with pytest.raises(ValueError):
+        EngineIndex(16, chunk_blocks=0)
+
+
+def test_tiny_llama_spec_matches_its_model_profile() -> None:
+    m = load_model("tiny-llama")
+    spec = TINY_LLAMA
+    assert (m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim) == (
+        spec.num_layers,
+        spec.hidden_size,
+        spec.num_heads,
+        spec.num_kv_heads,
+        spec.head_dim,
+    )
+    assert (m.intermediate_size, m.vocab_size, m.dtype_bytes) == (
+        spec.intermediate_size,
+        spec.vocab_size,
+        4,
+    )

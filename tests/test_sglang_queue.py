@@ -1,0 +1,157 @@
+"""SGLangQueue without SGLang: the CHT follows the lists by rid, and one lazy admission pass
+reorders the list ahead of a scheduler-like `for` loop. The real-SGLang checks are in
+test_sglang_integration.py."""
+
+from __future__ import annotations
+
+import random
+from array import array
+from types import SimpleNamespace
+
+import pytest
+
+from feather_sched.index.cht import RequestState
+from feather_sched.integrations.sglang import FeatherConfig
+from feather_sched.integrations.sglang_queue import SGLangQueue
+from feather_sched.policies.grouped import GroupedPolicy
+
+PREFIX = {g: [1000 * (i + 1) + t for t in range(128)] for i, g in enumerate("ABCD")}
+
+
+def req(rid: str, group: str, tail: int = 16) -> SimpleNamespace:
+    rng = random.Random(rid)
+    ids = array("q", PREFIX[group] + [rng.randrange(5000, 30000) for _ in range(tail)])
+    return SimpleNamespace(
+        rid=rid, origin_input_ids=ids, sampling_params=SimpleNamespace(max_new_tokens=8)
+    )
+
+
+def interleaved(n: int) -> list[SimpleNamespace]:
+    return [req(f"{g}{i}", g) for i in range(n) for g in "ABCD"]
+
+
+def scheduler_loop(queue: SGLangQueue, waiting: list, fits: int) -> list:
+    """SGLang's loop shape (scheduler.py `for req in self.waiting_queue`): offer in list order,
+    stop at the first non-admission; the adder here admits `fits` requests."""
+    admitted: list = []
+    for r in waiting:
+        if not queue.before_offer(r, nothing_admitted=not admitted):
+            break
+        ok = len(admitted) < fits
+        if ok:
+            admitted.append(r)
+        queue.after_offer(r, added=ok, proceed=ok, chunked=False)
+        if not ok:
+            break
+    return admitted
+
+
+def test_pass_orders_by_prefix_group_lazily():
+    q = SGLangQueue(GroupedPolicy(), chunk_size=32)
+    waiting = interleaved(4)
+    running = [req("A-run", "A")]
+    q.sync([], running)
+    q.begin_pass(waiting, running)
+    assert waiting[0].rid == "A0"  # the policy's first pick is at the head
+    batch = scheduler_loop(q, waiting, fits=5)
+    assert [r.rid for r in batch] == ["A0", "A1", "A2", "A3", "B0"]
+    assert q.stats.hashed == 17 and q.stats.admitted == 5
+    # Feather's next pick (offered, did not fit) leads the rest, which keeps arrival order
+    rest = [r.rid for r in waiting if r not in batch]
+    assert rest[0] == "B1"
+    taken = {b.rid for b in batch} | {"B1"}
+    assert rest[1:] == [r.rid for r in interleaved(4) if r.rid not in taken]
+
+
+def test_stop_ends_the_pass_and_never_stalls():
+    q = SGLangQueue(GroupedPolicy(max_batch=2), chunk_size=32)
+    waiting = interleaved(2)
+    q.begin_pass(waiting, [])
+    batch = scheduler_loop(q, waiting, fits=100)
+    assert [r.rid for r in batch] == ["A0", "A1"]
+    assert q.stats.stops == 1 and q.stats.forced == 0
+    # max_batch=0-like policy: STOP at once while nothing runs -> one forced admission
+    q2 = SGLangQueue(GroupedPolicy(max_batch=1), chunk_size=32)
+    q2.begin_pass(waiting2 := interleaved(1), [req("X", "D")])
+    assert scheduler_loop(q2, waiting2, fits=100) == []  # something runs: STOP is kept
+
+
+def test_sync_tracks_admission_finish_retraction_abort():
+    q = SGLangQueue(GroupedPolicy(), chunk_size=32)
+    reqs = interleaved(2)
+    waiting = list(reqs)
+    q.sync(waiting, [])
+    running = [waiting.pop(0), waiting.pop(0)]  # admitted by someone else
+    q.sync(waiting, running)
+    q.check(waiting, running)
+    assert q.index.state("A0") is RequestState.RUNNING
+    done = running.pop(0)  # finished
+    waiting.append(running.pop(0))  # retracted back to the queue
+    aborted = waiting.pop(0)
+    waiting.append(req("new", "C"))
+    q.sync(waiting, running)
+    q.check(waiting, running)
+    assert done.rid not in q.index and aborted.rid not in q.index
+    assert q.index.state("B0") is RequestState.WAITING
+    q.sync([], [])
+    assert q.index.is_empty()
+
+
+def test_handover_when_scheduler_skips_the_candidate():
+    q = SGLangQueue(GroupedPolicy(), chunk_size=32)
+    waiting = interleaved(2)
+    q.begin_pass(waiting, [req("A-run", "A")])
+    other = waiting[3]
+    assert q.before_offer(other, nothing_admitted=True)  # SGLang skipped A0: its order now
+    q.after_offer(other, added=True, proceed=True, chunked=False)
+    assert q.stats.handovers == 1 and q.index.state(other.rid) is RequestState.RUNNING
+
+
+def test_policy_errors_hand_the_pass_to_sglang():
+    class Broken(GroupedPolicy):
+        def candidates(self, view):
+            yield "nope"
+
+    q = SGLangQueue(Broken(), chunk_size=32)
+    waiting = interleaved(1)
+    q.begin_pass(waiting, [])
+    assert [r.rid for r in waiting] == ["A0", "B0", "C0", "D0"]  # untouched
+    assert q.stats.policy_errors == 1
+    assert len(scheduler_loop(q, waiting, fits=3)) == 3
+
+
+def test_step_feedback_reaches_the_policy():
+    seen = []
+
+    class Recording(GroupedPolicy):
+        def end_step(self, view, step_time, batch_size, prefill_tokens=0):
+            seen.append((round(step_time, 3), batch_size, prefill_tokens))
+
+    t = iter([1.0, 1.5, 2.5, 3.0])
+    q = SGLangQueue(Recording(), clock=lambda: next(t))
+    q.on_step(4, 100)
+    q.on_step(0, 0)  # idle iteration: the 4-request step took 0.5 s
+    q.on_step(3, 0)  # the idle one reports nothing
+    q.on_step(3, 0)
+    assert seen == [(0.5, 4, 100), (0.5, 3, 0)]
+
+
+@pytest.mark.parametrize(
+    ("env", "policy"),
+    [
+        ({}, None),  # installed is not enabled
+        ({"SGLANG_PLUGINS": "feather"}, "grouped"),
+        ({"SGLANG_PLUGINS": "other,feather"}, "grouped"),
+        ({"FEATHER_POLICY": "feather"}, "feather"),
+        ({"SGLANG_PLUGINS": "feather", "FEATHER_POLICY": "off"}, None),
+    ],
+)
+def test_config_from_env(env, policy):
+    assert FeatherConfig.from_env(env).policy == policy
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError):
+        FeatherConfig.from_env({"FEATHER_POLICY_KWARGS": "[1]"})
+    with pytest.raises(ValueError):
+        FeatherConfig.from_env({"FEATHER_CHUNK_SIZE": "0"})
