@@ -82,3 +82,39 @@ def test_bench_rejects_unknown_policy_and_workload(tmp_path: Path) -> None:
     result = runner.invoke(app, ["bench", "--hardware", "tpu9", "--policies", "fcfs"])
     assert result.exit_code == 2
     assert "tpu9" in result.output
+
+
+def test_bench_policy_state_is_saved_then_loaded(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    prefixes = [rng.integers(0, 1000, 2048) for _ in range(3)]
+    reqs = [
+        Request(f"s{i}", np.r_[prefixes[i % 3], rng.integers(0, 1000, 8)], 20, 0.0)
+        for i in range(60)
+    ]
+    trace = tmp_path / "s.jsonl"
+    write_jsonl(trace, reqs)
+    state = tmp_path / "feather-state.json"
+    args = [
+        "bench",
+        "-w",
+        f"trace:{trace}",
+        "--policies",
+        "feather",
+        "--max-num-seqs",
+        "32",
+        "--policy-state",
+        str(state),
+        "--json",
+        str(tmp_path / "o.json"),
+        "--plot",
+        str(tmp_path / "o.png"),
+    ]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    saved = json.loads(state.read_text())
+    assert saved["policy"] == "feather" and saved["table"]
+    second = runner.invoke(app, args)  # starts warm from the saved table, then saves again
+    assert second.exit_code == 0, second.output
+    again = json.loads(state.read_text())
+    pulls = lambda table: sum(row[0] + row[3] for row in table.values())  # noqa: E731
+    assert pulls(again["table"]) >= pulls(saved["table"])

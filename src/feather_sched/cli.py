@@ -71,6 +71,11 @@ def bench(
         help="KV cache blocks (sim default: sized from the hardware memory; --engine vllm "
         "default: two runs, under KV pressure and without).",
     ),
+    policy_state: Path | None = typer.Option(
+        None,
+        "--policy-state",
+        help="Feather bandit table: loaded if the file exists (warm start), saved after the run.",
+    ),
     json_out: Path = typer.Option(Path("feather-bench.json"), "--json", help="JSON results."),
     plot: Path = typer.Option(Path("feather-bench.png"), "--plot", help="PNG plot."),
     engine: str = typer.Option(
@@ -119,6 +124,7 @@ def bench(
                 num_kv_blocks=num_kv_blocks,
             ),
             engine_overrides=frozenset({"max_num_seqs"} if max_num_seqs else ()),
+            policy_state=policy_state,
         )
         spec.validate()
         from feather_sched.sim.cost import StepCostModel

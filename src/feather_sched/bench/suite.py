@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from feather_sched.bench.oracle import default_caps, oracle_sweep
+from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.registry import make_policy, policy_names
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost.step_model import StepCostModel
@@ -81,6 +83,9 @@ class BenchSpec:
     engine: EngineConfig = field(default_factory=EngineConfig)
     engine_overrides: frozenset[str] = frozenset()
     """Engine fields the user set explicitly; they win over a workload's own settings."""
+    policy_state: Path | None = None
+    """The `feather` bandit's table: loaded before the runs if the file exists (warm start),
+    saved after them; one bandit then learns across all workloads, as a deployment would."""
 
     def validate(self) -> None:
         known = {*policy_names(), "oracle"}
@@ -126,6 +131,10 @@ def run_bench(
     cost = StepCostModel(spec.hardware, spec.model, spec.kernel)
     tick = on_progress or (lambda _label: None)
     rows: list[dict] = []
+    shared_feather = None
+    if spec.policy_state is not None and "feather" in spec.policies:
+        warm = spec.policy_state.is_file()
+        shared_feather = FeatherPolicy(policy_state=spec.policy_state if warm else None)
     for wname in spec.workloads:
         requests = build_workload(wname).generate(spec.seed)
         engine = spec.engine_for(wname)
@@ -139,10 +148,13 @@ def run_bench(
                     on_run=lambda cap, _r, label=label: tick(f"{label} (cap {cap})"),
                 )
             else:
-                result = simulate(requests, make_policy(pname), cost, engine)
+                policy = shared_feather if pname == "feather" and shared_feather else None
+                result = simulate(requests, policy or make_policy(pname), cost, engine)
                 tick(label)
             row = {"workload": wname, "max_num_seqs": engine.max_num_seqs, **result.summary()}
             rows.append(row)
+    if shared_feather is not None and spec.policy_state is not None:
+        shared_feather.save(spec.policy_state)
     _add_relative(rows)
     return rows
 
