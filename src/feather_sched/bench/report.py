@@ -59,7 +59,8 @@ def plot_results(rows: Sequence[dict], path: Path, title: str) -> Path:
     value = {(r["workload"], r["policy"]): r for r in rows}
     x = np.arange(len(workloads))
     width = 0.8 / max(1, len(policies))
-    fig, axes = plt.subplots(1, 2, figsize=(max(10, 2.4 * len(workloads) * 2), 4.8))
+    fig_width = min(24.0, max(9.0, 1.4 * len(workloads) + 0.25 * len(policies)))
+    fig, axes = plt.subplots(2, 1, figsize=(fig_width, 8.5), sharex=True)
     for ax, key, ylabel in (
         (axes[0], "output_tok_s", "output tokens/s"),
         (axes[1], "vs_fcfs", "throughput vs FCFS (x)"),
@@ -68,11 +69,14 @@ def plot_results(rows: Sequence[dict], path: Path, title: str) -> Path:
             ys = [value.get((w, p), {}).get(key) or 0.0 for w in workloads]
             ax.bar(x + (i - (len(policies) - 1) / 2) * width, ys, width, label=p)
         ax.set_xticks(x, workloads, rotation=15)
+        ax.tick_params(axis="x", labelbottom=True)
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_yscale("log")
     axes[1].axhline(1.0, color="black", linewidth=0.8)
-    axes[1].legend(fontsize=8, ncol=2)
+    axes[0].legend(
+        fontsize=8, ncol=min(len(policies), 5), loc="upper left", bbox_to_anchor=(0, 1.18)
+    )
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
