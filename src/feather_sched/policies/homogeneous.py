@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from feather_sched.index.cht import Key, RequestState
 from feather_sched.policies.base import Policy, SchedulerView
+from feather_sched.policies.features import shared_depth
 
 
 class MaxHomogeneousPolicy(Policy):
@@ -64,15 +65,7 @@ class MaxHomogeneousPolicy(Policy):
             return
         index = view.index
         keys = index.keys_of(r0)  # empty for an empty prompt; one key below a chunk
-        # Chain property: group sizes never grow with depth, so the deepest depth with a
-        # group of >= 2 is a binary search over 1..len(keys).
-        lo, hi = 0, len(keys)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if index.group_size(r0, mid) >= 2:
-                lo = mid
-            else:
-                hi = mid - 1
+        lo = shared_depth(index, r0)  # deepest depth with a waiting group of >= 2
         if lo >= 1:
             self._key = keys[lo - 1]
         else:
