@@ -20,7 +20,7 @@ block hashes for KV reuse, so the index is advisory and can never corrupt a KV c
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -484,13 +484,3 @@ def _deepest_true(n: int, pred) -> int:
         else:
             hi = mid - 1
     return lo
-
-
-def shared_chunks(a: Iterable[Key], b: Iterable[Key]) -> int:
-    """Leading keys two requests have in common (their shared prefix, in chunks)."""
-    n = 0
-    for ka, kb in zip(a, b):
-        if ka != kb:
-            break
-        n += 1
-    return n

@@ -132,9 +132,6 @@ class RadixTree:
             node = child
         return set(self._subtree_ids(node))
 
-    def count_with_prefix(self, prefix: np.ndarray | Sequence[int]) -> int:
-        return len(self.sequences_with_prefix(prefix))
-
     # ------------------------------------------------------------------ internals
     def _split(self, child: _Node, m: int) -> _Node:
         """Cut `child`'s edge after m tokens; return the new middle node holding the first m."""

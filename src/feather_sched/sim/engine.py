@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from feather_sched.index.cht import ChunkedHashTree, chunk_digests
 from feather_sched.policies.base import Policy, PolicyError
@@ -43,8 +43,6 @@ class _Seq:
     first_token_at: float | None = None
     finished_at: float | None = None
     preemptions: int = 0
-    waited_from: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 class Simulator:
@@ -148,7 +146,6 @@ class Simulator:
             nonlocal released
             seq = _Seq(req, block_hashes(req.prompt, cfg.block_size), released_at=at)
             seq.prefill_target = req.prompt_len
-            seq.waited_from = at
             self._seqs[req.request_id] = seq
             self._waiting[req.request_id] = seq
             self.index.add(req.request_id, digests=chunk_digests(req.prompt, cfg.index_chunk_size))
