@@ -10,8 +10,13 @@ import pytest
 
 from feather_sched import Request
 from feather_sched.index.cht import ChunkedHashTree
-from feather_sched.policies.feather import ADD, STOP, BanditTable, FeatherPolicy
-from feather_sched.policies.features import decision_state, log2_bin, shared_depth
+from feather_sched.policies.feather import ADD, STOP, BanditTable, FeatherPolicy, coarse_key
+from feather_sched.policies.features import (
+    DecisionState,
+    decision_state,
+    log2_bin,
+    shared_depth,
+)
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
@@ -68,6 +73,50 @@ def test_bandit_stops_first_waits_for_evidence_then_follows_rewards() -> None:
         table.pull(key, STOP)
         table.update(key, STOP, 2.0)
     assert table.choose(key, scale=2.0) == STOP
+
+
+def test_new_states_back_off_to_their_coarse_state() -> None:
+    """A fine state without evidence for both actions decides from (group - batch, lost);
+    once it has its own evidence it decides alone."""
+    table = BanditTable(exploration=0.0)
+    learned = (6, 7, 4)  # 32-63 running, a group 2 bins smaller than the batch
+    for action, reward in ((STOP, 1.0), (ADD, 2.0)):
+        table.pull(learned, action)
+        table.update(learned, action, reward)
+    assert coarse_key(learned) == (-2, 7)
+    unseen = (8, 7, 6)  # a bigger batch, a group as much smaller: same coarse state
+    assert table.choose(unseen, scale=1.0) == ADD and table.greedy(unseen) == ADD
+    assert table.choose((8, 7, 8), scale=1.0) == STOP  # another coarse state: STOP first
+    for action, reward in ((STOP, 3.0), (ADD, 0.5)):
+        table.pull(unseen, action)
+        table.update(unseen, action, reward)
+    assert table.choose(unseen, scale=1.0) == STOP  # its own evidence now decides
+    assert table.stats[coarse_key(unseen)][1] == 2  # and it fed the coarse state too
+
+
+def test_reward_charges_the_own_step_its_marginal_time() -> None:
+    """The decision's own step costs only what its decodes add to its prefill; the next
+    `horizon` decode-dominated steps cost their full time; prefill-heavy ones are skipped."""
+    policy = FeatherPolicy(horizon=2)
+    view = None  # end_step does not read the view
+    policy.end_step(view, 1.0, 10, prefill_tokens=990)  # learns 1 ms per token
+    key = (3, 7, 4)
+    policy.table.stats[key] = [0, 0, 0.0, 0, 0, 0.0]
+    policy.decide(decision_state_for(key))
+    policy.end_step(view, 1.0, 20, prefill_tokens=980)  # own step: 1.0 - 0.98 = 0.02 s
+    policy.end_step(view, 1.0, 20, prefill_tokens=980)  # prefill-dominated: skipped
+    policy.end_step(view, 0.1, 20)
+    assert policy.table.stats[key][4] == 0  # one decode step of two: no reward yet
+    policy.end_step(view, 0.1, 20)
+    reward = (20 + 20 + 20) / (0.02 + 0.1 + 0.1)
+    assert policy.table.stats[key][5] == pytest.approx(reward)  # a STOP (new state)
+    assert policy.reward_scale == pytest.approx(200.0)  # decode steps only
+
+
+def decision_state_for(bins: tuple[int, int, int]) -> DecisionState:
+    """A DecisionState whose bins are `bins` (each value is the smallest of its bin)."""
+    values = [0 if b == 0 else 1 << (b - 1) for b in bins]
+    return DecisionState(values[0], values[1], values[2], 0, False)
 
 
 def test_ucb_explores_the_less_tried_action() -> None:
@@ -135,6 +184,7 @@ def test_state_round_trip_and_errors(tmp_path: Path) -> None:
     warm = FeatherPolicy(policy_state=path)
     assert warm.table.stats == policy.table.stats
     assert warm.reward_scale == pytest.approx(policy.reward_scale)
+    assert warm.sec_per_token == pytest.approx(policy.sec_per_token)
 
     with pytest.raises(FileNotFoundError, match="policy state file not found"):
         FeatherPolicy(policy_state=tmp_path / "missing.json")
@@ -144,7 +194,7 @@ def test_state_round_trip_and_errors(tmp_path: Path) -> None:
         FeatherPolicy(policy_state=bad)
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"policy": "lpm", "version": 1}))
-    with pytest.raises(ValueError, match="not a version-2 'feather' policy state"):
+    with pytest.raises(ValueError, match="not a version-3 'feather' policy state"):
         FeatherPolicy(policy_state=other)
 
 

@@ -7,11 +7,21 @@ shared-prefix chunks the candidate would bring in, bin of its waiting group's si
 exploration. When the candidate loses no prefix (it joins a running prefix, shares nothing
 with anyone, or the batch is empty) it is added without asking.
 
-Reward = batch size / step time (tokens per second), credited to a decision as the
-time-weighted throughput of the `horizon` decode-dominated engine steps after the one it was
-made in (steps mostly spent on prefill are skipped: they are a one-off cost); UCB
-compares means scaled by the largest step throughput seen so far, so that one exploration
+Reward = batch size / step time (tokens per second), credited to a decision over a window:
+its own step, charged only its *marginal* time (the step's time minus what its prefill tokens
+cost at the best per-token rate seen, so decodes riding in a compute-bound prefill step come
+almost free), then the `horizon` decode-dominated steps after it (steps mostly spent on
+prefill are skipped: a prefill is a one-off cost every request pays whenever it is admitted).
+The own step is what a STOP gives up (a step that could have carried prefill work runs decodes
+alone); the later steps are what an ADD costs (every decode now reads one more prefix). UCB
+compares means scaled by the largest decode-step throughput seen, so that one exploration
 constant fits any hardware.
+
+Cold starts are short because the table backs off: a state with no evidence yet for both
+actions decides from a coarse state, (candidate's group bin - batch bin, lost bin), shared by
+every batch size where the candidate's group is as large relative to the batch. Many small
+groups against a big batch (ADD: no homogeneous batch of its own could amortise a step)
+and a large group against a batch of its own size (STOP) then each need learning once.
 The table can be saved and loaded so a deployment starts warm. A request waiting longer than
 `max_wait_s` is admitted first and regardless of the bandit, so nothing starves.
 """
@@ -20,8 +30,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from feather_sched.policies.base import Policy, SchedulerView
@@ -29,23 +39,32 @@ from feather_sched.policies.features import DecisionState, decision_state
 from feather_sched.policies.grouped import grouped_candidates
 
 ADD, STOP = 0, 1
-_STATE_VERSION = 2
+_STATE_VERSION = 3
+
+
+def coarse_key(key: tuple[int, ...]) -> tuple[int, int]:
+    """The back-off state of a fine (batch, lost, group) bin: (group - batch, lost)."""
+    batch, lost, group = key
+    return (group - batch, lost)
 
 
 class BanditTable:
-    """Per-state ADD/STOP statistics and the UCB choice between them.
+    """Per-state ADD/STOP statistics and the UCB choice between them, with back-off.
 
-    Rewards arrive `horizon` steps after a decision, and one scheduling pass may ask many
-    times before any has arrived. So the table counts *pulls* when an action is chosen and
-    averages *rewards* (raw tokens/s) when they arrive. A new state tries STOP first and, until
-    an action tried in a state has its first reward, the state falls back to STOP: an ADD
-    cannot be undone (the request runs to completion in the batch, mixing its prefix into
-    every step) while a STOP costs a few steps of waiting at most.
+    Rewards arrive some steps after a decision, and one scheduling pass may ask many times
+    before any has arrived. So the table counts *pulls* when an action is chosen and averages
+    *rewards* (raw tokens/s) when they arrive, in the fine state and in its coarse state
+    (`coarse_key`). A fine state decides alone once both its actions have rewards; before
+    that its coarse state decides. A coarse state with no evidence tries STOP first and, until
+    an action tried there has its first reward, falls back to STOP: an ADD cannot be undone
+    (the request runs to completion in the batch, mixing its prefix into every step) while a
+    STOP costs a few steps of waiting at most.
     """
 
     def __init__(self, exploration: float = 0.05) -> None:
         self.exploration = exploration
-        # key -> [pulls_add, rewards_add, mean_add, pulls_stop, rewards_stop, mean_stop]
+        # key -> [pulls_add, rewards_add, mean_add, pulls_stop, rewards_stop, mean_stop];
+        # fine keys are (batch, lost, group) bins, coarse keys (group - batch, lost)
         self.stats: dict[tuple[int, ...], list[float]] = {}
 
     def _row(self, key: tuple[int, ...]) -> list[float]:
@@ -54,9 +73,15 @@ class BanditTable:
             row = self.stats[key] = [0, 0, 0.0, 0, 0, 0.0]
         return row
 
+    def _deciding_key(self, key: tuple[int, ...]) -> tuple[int, ...]:
+        row = self.stats.get(key)
+        if row is not None and row[1] and row[4]:
+            return key
+        return coarse_key(key)
+
     def choose(self, key: tuple[int, ...], scale: float) -> int:
         pulls_add, n_add, q_add, pulls_stop, n_stop, q_stop = self.stats.get(
-            key, (0, 0, 0.0, 0, 0, 0.0)
+            self._deciding_key(key), (0, 0, 0.0, 0, 0, 0.0)
         )
         if pulls_stop == 0 or n_stop == 0:
             return STOP  # keep the batch homogeneous until we know what that is worth
@@ -71,17 +96,21 @@ class BanditTable:
         return ADD if ucb_add >= ucb_stop else STOP
 
     def greedy(self, key: tuple[int, ...]) -> int:
-        _, n_add, q_add, _, n_stop, q_stop = self.stats.get(key, (0, 0, 0.0, 0, 0, 0.0))
+        _, n_add, q_add, _, n_stop, q_stop = self.stats.get(
+            self._deciding_key(key), (0, 0, 0.0, 0, 0, 0.0)
+        )
         return STOP if n_stop and (not n_add or q_stop > q_add) else ADD
 
     def pull(self, key: tuple[int, ...], action: int) -> None:
-        self._row(key)[3 * action] += 1
+        for k in (key, coarse_key(key)):
+            self._row(k)[3 * action] += 1
 
     def update(self, key: tuple[int, ...], action: int, reward: float) -> None:
-        row = self._row(key)
         i = 3 * action
-        row[i + 1] += 1
-        row[i + 2] += (reward - row[i + 2]) / row[i + 1]
+        for k in (key, coarse_key(key)):
+            row = self._row(k)
+            row[i + 1] += 1
+            row[i + 2] += (reward - row[i + 2]) / row[i + 1]
 
     def to_dict(self) -> dict:
         return {",".join(map(str, k)): v for k, v in self.stats.items()}
@@ -90,8 +119,11 @@ class BanditTable:
     def from_dict(cls, data: dict, exploration: float) -> BanditTable:
         table = cls(exploration)
         for k, v in data.items():
-            key = tuple(int(x) for x in k.split(","))
-            if len(v) != 6:
+            try:
+                key = tuple(int(x) for x in k.split(","))
+            except ValueError:
+                raise ValueError(f"bad bandit state key {k!r}") from None
+            if len(key) not in (2, 3) or len(v) != 6:
                 raise ValueError(f"bad bandit row for state {k!r}: {v!r}")
             table.stats[key] = [
                 int(v[0]),
@@ -104,6 +136,18 @@ class BanditTable:
         return table
 
 
+@dataclass(slots=True)
+class _Window:
+    """A decision waiting for its reward: tokens and (charged) seconds seen so far."""
+
+    key: tuple[int, ...]
+    action: int
+    own_step_done: bool = False
+    decode_steps: int = 0
+    tokens: float = 0.0
+    seconds: float = 0.0
+
+
 class FeatherPolicy(Policy):
     name = "feather"
 
@@ -114,7 +158,6 @@ class FeatherPolicy(Policy):
         max_wait_s: float = 60.0,
         learn: bool = True,
         policy_state: str | Path | None = None,
-        decode_steps_only: bool = True,
     ) -> None:
         if horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {horizon}")
@@ -124,9 +167,9 @@ class FeatherPolicy(Policy):
         self.horizon = horizon
         self.max_wait_s = max_wait_s
         self.learn = learn
-        self.decode_steps_only = decode_steps_only
         self.table = BanditTable(exploration)
-        self.reward_scale = 0.0
+        self.reward_scale = 0.0  # best decode-step tokens/s seen: UCB's unit
+        self.sec_per_token = math.inf  # best step seconds per scheduled token seen
         if policy_state is not None:
             self.load(policy_state)
         self.history: list[tuple[int, float]] = []  # (lifetime decisions, window reward)
@@ -140,8 +183,7 @@ class FeatherPolicy(Policy):
         self._reset_run()
 
     def _reset_run(self) -> None:
-        self._step = 0
-        self._pending: deque[tuple[int, float, float, tuple[int, ...], int]] = deque()
+        self._windows: list[_Window] = []
         self._forced: set[str] = set()
         self.decisions = 0
         self.stops = 0
@@ -183,32 +225,47 @@ class FeatherPolicy(Policy):
         if action == STOP:
             self.stops += 1
         if self.learn:
-            # The window starts after the decision's own step (its prefill is a one-off
-            # cost that a later admission would pay too) and spans `horizon` steps.
-            self._pending.append((self._step + 1, 0.0, 0.0, key, action))
+            self._windows.append(_Window(key, action))
         return action
 
     def end_step(
         self, view: SchedulerView, step_time: float, batch_size: int, prefill_tokens: int = 0
     ) -> None:
+        if step_time <= 0 or batch_size <= 0:
+            return
+        per_token = step_time / (prefill_tokens + batch_size)
+        if per_token < self.sec_per_token:
+            self.sec_per_token = per_token
         # Only decode-dominated steps measure what a batch's composition costs: a prefill is
         # a one-off cost every request pays whenever it is admitted, and the chunk of a
         # 10,000-token prompt would otherwise swamp the signal of the batch it joins.
-        if step_time <= 0 or (self.decode_steps_only and prefill_tokens > batch_size):
+        decode_step = prefill_tokens <= batch_size
+        if decode_step:
+            throughput = batch_size / step_time
+            if throughput > self.reward_scale:
+                self.reward_scale = throughput
+        if not self._windows:
             return
-        self._step += 1
-        throughput = batch_size / step_time
-        if throughput > self.reward_scale:
-            self.reward_scale = throughput
-        pending = self._pending
-        for i, (start, tokens, seconds, key, action) in enumerate(pending):
-            if self._step > start:  # accumulate the steps after the decision's own step
-                pending[i] = (start, tokens + batch_size, seconds + step_time, key, action)
-        while pending and self._step - pending[0][0] >= self.horizon:
-            _, tokens, seconds, key, action = pending.popleft()
-            window = tokens / seconds
-            self.table.update(key, action, window)
-            self.history.append((self.total_decisions, window))
+        # The decision's own step, at marginal cost: what its prefill tokens would cost alone
+        # is not charged (>= sec_per_token * batch_size > 0 by the update above).
+        marginal = step_time - self.sec_per_token * prefill_tokens
+        still_open = []
+        for w in self._windows:
+            if not w.own_step_done:
+                w.own_step_done = True
+                w.tokens += batch_size
+                w.seconds += marginal
+            elif decode_step:
+                w.decode_steps += 1
+                w.tokens += batch_size
+                w.seconds += step_time
+            if w.decode_steps >= self.horizon:
+                reward = w.tokens / w.seconds
+                self.table.update(w.key, w.action, reward)
+                self.history.append((self.total_decisions, reward))
+            else:
+                still_open.append(w)
+        self._windows = still_open
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:
@@ -219,6 +276,7 @@ class FeatherPolicy(Policy):
             "exploration": self.exploration,
             "horizon": self.horizon,
             "reward_scale": self.reward_scale,
+            "sec_per_token": self.sec_per_token if math.isfinite(self.sec_per_token) else None,
             "table": self.table.to_dict(),
         }
         path.write_text(json.dumps(payload, indent=1) + "\n")
@@ -239,3 +297,5 @@ class FeatherPolicy(Policy):
             )
         self.table = BanditTable.from_dict(payload["table"], self.exploration)
         self.reward_scale = float(payload.get("reward_scale", 0.0))
+        sec = payload.get("sec_per_token")
+        self.sec_per_token = float(sec) if sec else math.inf
