@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 from hypothesis import settings
@@ -145,6 +147,8 @@ class CHTAgainstRadix(RuleBasedStateMachine):
             assert self.cht.state(rid) is RequestState.RUNNING
         roots = {self.cht.keys_of(r)[0] for r in self.cht.running_ids() if self.cht.keys_of(r)}
         assert self.cht.num_running_roots == len(roots)
+        firsts = Counter(p[: self.chunk].tobytes() for p in self.prompts.values() if len(p))
+        assert self.cht.num_shared_roots == sum(1 for n in firsts.values() if n >= 2)
 
     @invariant()
     def shared_prefix_lengths_agree(self) -> None:

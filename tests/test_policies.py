@@ -479,3 +479,69 @@ def test_random_small_workloads_complete_under_every_policy(
         result = simulate(requests, make_policy(name), COST, config)
         got = [r.request_id for r in result.records]
         assert sorted(got) == ids, name
+
+
+def _queue_order_checked(base: type[Policy]) -> type[Policy]:
+    """`base`, asserting that on every step where it claims `follows_queue_order` its own
+    candidates are the queue in order and every one is ADDed (what a host that skips it
+    would do instead)."""
+
+    class Checked(base):  # type: ignore[valid-type, misc]
+        claimed_steps = 0
+        steps = 0
+
+        def candidates(self, view):
+            self.steps += 1
+            self._claimed = self.follows_queue_order(view)
+            expected = list(view.waiting_ids()) if self._claimed else []
+            self.claimed_steps += self._claimed
+            for i, rid in enumerate(super().candidates(view)):
+                if self._claimed:
+                    assert rid == expected[i], "claimed queue order, yielded another"
+                yield rid
+
+        def accept(self, view, request_id):
+            ok = super().accept(view, request_id)
+            assert ok or not self._claimed, "claimed queue order, then said STOP"
+            return ok
+
+    return Checked
+
+
+@pytest.mark.parametrize("name", ["feather", "grouped", "fcfs"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    shapes=st.lists(
+        st.tuples(st.integers(0, 5), st.integers(1, 40), st.floats(0, 0.05)),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_follows_queue_order_is_truthful(name: str, shapes) -> None:
+    """Prompts from 6 prefixes (0 = unique), arriving over time: steps with and without
+    sharing; wherever a policy claims queue order, its own choices are queue order."""
+    reqs = []
+    for i, (prefix, length, arrival) in enumerate(shapes):
+        head = [1000 + i] if prefix == 0 else [prefix] * 8
+        prompt = np.array(head + [2000 + i] * length, dtype=np.int32)
+        reqs.append(Request(f"r{i}", prompt, 3, arrival_time=arrival))
+    policy = _queue_order_checked(type(make_policy(name)))()
+    cfg = EngineConfig(max_num_seqs=4, index_chunk_size=4, max_num_batched_tokens=64)
+    result = simulate(reqs, policy, COST, cfg)
+    assert len(result.records) == len(reqs)
+
+
+def test_follows_queue_order_claims_only_without_sharing() -> None:
+    policy = _queue_order_checked(type(make_policy("feather")))()
+    cfg = EngineConfig(max_num_seqs=8)
+    simulate(
+        NoSharingWorkload(num_requests=30, prompt_len=200, output_len=4).generate(0),
+        policy,
+        COST,
+        cfg,
+    )
+    assert policy.claimed_steps == policy.steps > 0
+    policy = _queue_order_checked(type(make_policy("feather")))()
+    reqs = SharedPrefixWorkload(num_groups=2, prompts_per_group=8).generate(0)
+    simulate(reqs, policy, COST, cfg)
+    assert policy.claimed_steps < policy.steps

@@ -265,6 +265,28 @@ def test_broken_policy_falls_back_to_fcfs(
     assert_index_empty(feather)
 
 
+def test_unshared_steps_run_in_vllms_own_order(default_llm, feather_llm, feather) -> None:
+    """With nothing shared the feather policy would admit in queue order, so the adapter
+    leaves those steps to vLLM's loop (no per-candidate work); with sharing it drives them."""
+    rng = np.random.default_rng(7)
+    prompts = [
+        TokensPrompt(prompt_token_ids=rng.integers(4, TINY_LLAMA.vocab_size, 70).tolist())
+        for _ in range(10)
+    ]
+    lengths = [int(n) for n in rng.integers(4, 24, len(prompts))]
+    feather.feather.policy = make_policy("feather")
+    stats = feather.feather.stats
+    driven, skipped = stats.policy_steps, stats.queue_order_steps
+    assert generate(feather_llm, prompts, lengths) == generate(default_llm, prompts, lengths)
+    assert stats.policy_steps == driven and stats.queue_order_steps > skipped
+    shared, shared_lengths = workload(seed=8, n=12)
+    assert generate(feather_llm, shared, shared_lengths) == generate(
+        default_llm, shared, shared_lengths
+    )
+    assert stats.policy_steps > driven
+    assert_index_empty(feather)
+
+
 def test_stopping_policy_never_stalls(feather_llm, feather) -> None:
     prompts, lengths = workload(seed=5, n=8)
     forced = feather.feather.stats.forced

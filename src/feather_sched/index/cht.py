@@ -110,6 +110,7 @@ class ChunkedHashTree:
         self._running_refs: dict[Key, int] = {}
         self._running: dict[str, None] = {}
         self._running_roots = 0  # distinct level-0 keys among running requests
+        self._shared_roots = 0  # level-0 keys held by >= 2 requests (waiting or running)
         # level -> count -> ordered set of keys whose waiting group has that size
         # level -> ordered set of keys with waiting members (for largest_group); touched only
         # when a key's waiting set appears or empties, never on the per-member hot path
@@ -138,6 +139,13 @@ class ChunkedHashTree:
     def num_running_roots(self) -> int:
         """Distinct first chunks among running requests: the batch's prefix groups."""
         return self._running_roots
+
+    @property
+    def num_shared_roots(self) -> int:
+        """First chunks held by two or more requests (waiting or running). 0 means no two
+        requests share any prefix chunk at all (digests are chained), so every prefix-aware
+        order degenerates to queue order: hosts use it to skip a policy for a step."""
+        return self._shared_roots
 
     def state(self, request_id: str) -> RequestState:
         return self._state[self._known(request_id)]
@@ -181,6 +189,8 @@ class ChunkedHashTree:
         keys = tuple((level, int(d)) for level, d in enumerate(digests))
         self._keys[request_id] = keys
         self._state[request_id] = RequestState.WAITING
+        if keys and self._root_holders(keys[0]) == 1:
+            self._shared_roots += 1  # counted before the insert: 1 -> 2 holders
         self._add_waiting(request_id, keys)
         return keys
 
@@ -203,6 +213,7 @@ class ChunkedHashTree:
     def finish(self, request_id: str) -> None:
         """Running -> gone (done generating)."""
         keys = self._expect(request_id, RequestState.RUNNING, "finish")
+        self._drop_root(keys)
         self._remove_running(keys)
         del self._running[request_id]
         self._forget(request_id)
@@ -213,6 +224,7 @@ class ChunkedHashTree:
         if state is None:
             raise UnknownRequestError(f"request {request_id!r} is not in the index")
         keys = self._keys[request_id]
+        self._drop_root(keys)
         if state is RequestState.RUNNING:
             self._remove_running(keys)
             del self._running[request_id]
@@ -390,6 +402,15 @@ class ChunkedHashTree:
                 f"cannot {op} {request_id!r}: it is {actual.value}, expected {state.value}"
             )
         return self._keys[request_id]
+
+    def _root_holders(self, root: Key) -> int:
+        members = self._waiting.get(root)
+        return (len(members) if members else 0) + self._running_refs.get(root, 0)
+
+    def _drop_root(self, keys: tuple[Key, ...]) -> None:
+        """A request leaves the index: its root may stop being shared (2 -> 1 holders)."""
+        if keys and self._root_holders(keys[0]) == 2:
+            self._shared_roots -= 1
 
     def _forget(self, request_id: str) -> None:
         del self._state[request_id]

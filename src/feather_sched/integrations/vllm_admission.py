@@ -52,6 +52,9 @@ class AdmissionStats:
 
     policy_steps: int = 0
     """Steps whose admission the policy drove (at least one candidate asked for)."""
+    queue_order_steps: int = 0
+    """Steps left to vLLM's own order because the policy said it would follow it
+    (`Policy.follows_queue_order`: e.g. nothing shared, or FCFS)."""
     admitted: int = 0
     policy_errors: int = 0
     forced: int = 0
@@ -196,10 +199,16 @@ class AdmissionController:
         return self.queue
 
     def _start(self) -> _Session:
-        self.stats.policy_steps += 1
+        candidates: Iterator[str] | None = None
         try:
-            self.policy.begin_step(self.view)
-            candidates: Iterator[str] | None = iter(self.policy.candidates(self.view))
+            if self.policy.follows_queue_order(self.view):
+                # The policy would admit in vLLM's own order this step: let vLLM's loop run
+                # on its queue untouched (no per-candidate work; nothing shared to lose).
+                self.stats.queue_order_steps += 1
+            else:
+                self.stats.policy_steps += 1
+                self.policy.begin_step(self.view)
+                candidates = iter(self.policy.candidates(self.view))
         except Exception as err:
             self._policy_failed(err)
             candidates = None

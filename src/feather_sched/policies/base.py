@@ -88,6 +88,12 @@ class Policy(ABC):
         """ADD (True) or STOP (False) for the candidate just yielded. Default: always ADD."""
         return True
 
+    def follows_queue_order(self, view: SchedulerView) -> bool:
+        """True when, this step, the policy would yield the waiting queue in the host's order
+        and ADD every candidate. A host may then skip the policy for the step and run its own
+        loop (the vLLM adapter does: no per-candidate work). Default: never claimed."""
+        return False
+
     def end_step(  # noqa: B027 - optional hook
         self, view: SchedulerView, step_time: float, batch_size: int, prefill_tokens: int = 0
     ) -> None:

@@ -17,6 +17,9 @@ from feather_sched.policies.base import Policy, SchedulerView
 class FCFSPolicy(Policy):
     name = "fcfs"
 
+    def follows_queue_order(self, view: SchedulerView) -> bool:
+        return True
+
     def candidates(self, view: SchedulerView) -> Iterator[str]:
         # Snapshot: the host removes admitted ids from its queue while we iterate.
         yield from list(_head(view))

@@ -203,6 +203,11 @@ class FeatherPolicy(Policy):
         yield from forced
         yield from grouped_candidates(view)
 
+    def follows_queue_order(self, view: SchedulerView) -> bool:
+        # No shared chunk anywhere: candidates are the queue head each time (starving ones
+        # first, which is the head too) and none loses a prefix, so all are ADDed unasked.
+        return view.index.num_shared_roots == 0
+
     def accept(self, view: SchedulerView, request_id: str) -> bool:
         if request_id in self._forced:
             self.starvation_admits += 1

@@ -36,3 +36,7 @@ class GroupedPolicy(Policy):
 
     def accept(self, view: SchedulerView, request_id: str) -> bool:
         return self.max_batch is None or view.num_running < self.max_batch
+
+    def follows_queue_order(self, view: SchedulerView) -> bool:
+        # No shared chunk anywhere: no best match, so the queue head every time.
+        return self.max_batch is None and view.index.num_shared_roots == 0
