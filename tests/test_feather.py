@@ -10,7 +10,8 @@ import pytest
 
 from feather_sched import Request
 from feather_sched.index.cht import ChunkedHashTree
-from feather_sched.policies.feather import ADD, STOP, BanditTable, FeatherPolicy, coarse_key
+from feather_sched.policies.bandit import ADD, STOP, BanditTable, coarse_key
+from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.features import (
     DecisionState,
     decision_state,

@@ -127,12 +127,16 @@ def test_step_feedback_reaches_the_policy():
         def end_step(self, view, step_time, batch_size, prefill_tokens=0):
             seen.append((round(step_time, 3), batch_size, prefill_tokens))
 
-    t = iter([1.0, 1.5, 2.5, 3.0])
+    t = iter([1.0, 1.5, 1.6, 2.5, 3.0, 3.1])
     q = SGLangQueue(Recording(), clock=lambda: next(t))
-    q.on_step(4, 100)
-    q.on_step(0, 0)  # idle iteration: the 4-request step took 0.5 s
-    q.on_step(3, 0)  # the idle one reports nothing
-    q.on_step(3, 0)
+    q.end_previous_step()  # first iteration: nothing ran before it
+    q.on_step(4, 100)  # picked at 1.0
+    q.end_previous_step()  # 1.5: the 4-request step took 0.5 s, reported before admitting
+    q.on_step(0, 0)  # idle iteration (1.6)
+    q.end_previous_step()  # the idle one reports nothing (and reads no clock)
+    q.on_step(3, 0)  # 2.5
+    q.end_previous_step()  # 2.5 -> 3.0
+    q.on_step(3, 0)  # 3.1
     assert seen == [(0.5, 4, 100), (0.5, 3, 0)]
 
 

@@ -20,7 +20,8 @@ only the head of the queue would follow Feather, so `register` warns).
   lines up the next candidate after each admission. STOP returns `AddReqResult.OTHER`, the
   result SGLang's adder itself returns when `prefill_max_requests` is reached.
 - `Scheduler.get_next_batch_to_run`, AROUND: one call per event-loop iteration; the time
-  between two is the step time fed back to the policy (`Policy.end_step`).
+  from one iteration's batch pick to the next iteration's start is the step time fed back to
+  the policy (`Policy.end_step`), before the new iteration admits anything.
 
 Config (environment, read in each process): Feather is on when `SGLANG_PLUGINS` names
 `feather` or `FEATHER_POLICY` is set; `FEATHER_POLICY` picks the policy from
@@ -223,8 +224,10 @@ def _around_prefill_adder_class(original: Any, scheduler: Any, *args: Any, **kwa
 
 
 def _around_next_batch(original: Any, scheduler: Any, *args: Any, **kwargs: Any) -> Any:
-    plan = original(scheduler, *args, **kwargs)
     queue = queue_for(getattr(scheduler, "policy", None))
+    if queue is not None:
+        queue.end_previous_step()  # before this iteration's admissions (see the method)
+    plan = original(scheduler, *args, **kwargs)
     if queue is not None:
         batch = getattr(plan, "batch_to_run", plan)  # NextBatchPlan, or a batch (older)
         reqs = getattr(batch, "reqs", None) or ()

@@ -422,21 +422,26 @@ class SGLangQueue:
             )
 
     # ------------------------------------------------------------------ step feedback
-    def on_step(self, batch_size: int, prefill_tokens: int) -> None:
-        """A scheduler iteration picked its batch: report the previous one to the policy.
+    def end_previous_step(self) -> None:
+        """The event loop is back for a new batch: the previous one ran until now.
 
-        A step's time is the wall time between two iterations of SGLang's event loop (one
-        forward each); idle iterations (no batch) report nothing.
+        Called before this iteration admits anything, so that the decisions it makes are
+        credited with the step they shape (the bandit's own-step term), not the one before.
+        A step's time is the wall time from one iteration's batch pick to the next
+        iteration's start (one forward); idle iterations (no batch) report nothing.
         """
-        now = self._clock()
-        last, self._last_step = self._last_step, (now, batch_size, prefill_tokens)
+        last, self._last_step = self._last_step, None
         if last is None or last[1] <= 0:
             return
         self.stats.feedback_steps += 1
         try:
-            self.policy.end_step(self, now - last[0], last[1], last[2])
+            self.policy.end_step(self, self._clock() - last[0], last[1], last[2])
         except Exception as err:
             self._policy_failed(err)
+
+    def on_step(self, batch_size: int, prefill_tokens: int) -> None:
+        """This iteration picked its batch; it runs from now until `end_previous_step`."""
+        self._last_step = (self._clock(), batch_size, prefill_tokens)
 
     # ------------------------------------------------------------------ checks
     def check(self, waiting_queue: Sequence[Any], running: Iterable[Any]) -> None:

@@ -53,8 +53,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from feather_sched.policies.bandit import ADD, STOP
 from feather_sched.policies.fcfs import FCFSPolicy
-from feather_sched.policies.feather import ADD, STOP
 from feather_sched.request import Request
 from feather_sched.rl.observation import OBS_DIM, DelegatedFeather
 from feather_sched.sim.config import EngineConfig

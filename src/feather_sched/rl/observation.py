@@ -21,8 +21,9 @@ from abc import abstractmethod
 
 import numpy as np
 
+from feather_sched.policies.bandit import ADD, STOP
 from feather_sched.policies.base import SchedulerView
-from feather_sched.policies.feather import ADD, STOP, FeatherPolicy
+from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.features import DecisionState
 
 __all__ = [
