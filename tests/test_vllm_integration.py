@@ -372,6 +372,40 @@ def test_bench_run_once_reports_a_row(feather_llm, feather) -> None:
     assert_index_empty(feather)
 
 
+def test_bench_feather_learns_across_runs_with_a_policy_state(
+    default_llm, feather_llm, feather, tmp_path
+) -> None:
+    """`feather bench --engine vllm --policy-state FILE`: each feather run starts from the
+    table the previous one saved."""
+    from feather_sched.bench.vllm_engine import KvScenario, VllmBenchSpec, run_repetition
+    from feather_sched.policies.feather import FeatherPolicy
+    from feather_sched.request import Request
+
+    rng = np.random.default_rng(9)
+    prefixes = [rng.integers(4, TINY_LLAMA.vocab_size, 2 * BLOCK) for _ in range(3)]
+    requests = [
+        Request(f"r{i}", np.r_[prefixes[i % 3], rng.integers(4, 512, 8)], 8, group=str(i % 3))
+        for i in range(12)
+    ]
+    state = tmp_path / "bandit.json"
+    spec = VllmBenchSpec(workloads=("w",), policies=("feather",), policy_state=state)
+    engines = {"vllm": default_llm, "feather": feather_llm}
+    decisions = []
+    for rep in range(2):
+        for (_, pname), row in run_repetition(
+            spec, KvScenario("t", KV_BLOCKS), engines, {"w": requests}, rep, lambda _: None
+        ):
+            assert row["output_tokens"] == 12 * 8
+            if pname == "feather":
+                decisions.append(feather.feather.policy.decisions)
+    assert decisions[0] > 0, "the workload was meant to make the bandit decide"
+    warm = FeatherPolicy(policy_state=state)
+    assert warm.table.stats == feather.feather.policy.table.stats
+    pulls = sum(r[0] + r[3] for k, r in warm.table.stats.items() if len(k) == 3)
+    assert pulls == decisions[0] + decisions[1]  # run 1 started from run 0's table
+    assert_index_empty(feather)
+
+
 def test_calibrate_measures_shared_blocks(default_llm) -> None:
     from feather_sched.bench.vllm_calibrate import Composition, measure
 

@@ -74,7 +74,8 @@ def bench(
     policy_state: Path | None = typer.Option(
         None,
         "--policy-state",
-        help="Feather bandit table: loaded if the file exists (warm start), saved after the run.",
+        help="Feather bandit table: loaded if the file exists (warm start), saved after the "
+        "run (--engine vllm: after each feather run, so later repeats start warm).",
     ),
     json_out: Path = typer.Option(Path("feather-bench.json"), "--json", help="JSON results."),
     plot: Path = typer.Option(Path("feather-bench.png"), "--plot", help="PNG plot."),
@@ -96,6 +97,7 @@ def bench(
             repeats,
             json_out,
             plot,
+            policy_state,
         )
         return
     if engine != "sim":
@@ -187,6 +189,7 @@ def _bench_vllm(
     repeats: int,
     json_out: Path,
     plot: Path,
+    policy_state: Path | None = None,
 ) -> None:
     """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
     from dataclasses import asdict
@@ -218,6 +221,7 @@ def _bench_vllm(
         max_num_batched_tokens=max_batched_tokens,
         repeats=repeats,
         seed=seed,
+        policy_state=policy_state,
     )
     try:
         spec.validate()
@@ -234,7 +238,7 @@ def _bench_vllm(
         "rows": rows,
     }
     json_out.parent.mkdir(parents=True, exist_ok=True)
-    json_out.write_text(json.dumps(payload, indent=2) + "\n")
+    json_out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     plot_results(rows, plot, title)
     console.print(f"wrote {json_out} and {plot}")
 

@@ -80,6 +80,9 @@ class VllmBenchSpec:
     seed: int = 0
     dtype: str = "auto"
     policy_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    policy_state: Path | None = None
+    """The `feather` bandit's table: loaded before each feather run if the file exists and
+    saved after it, so the bandit learns across runs and scenarios as a deployment would."""
 
     def validate(self) -> None:
         from feather_sched.policies.registry import policy_names
@@ -353,10 +356,11 @@ def _warm_up(llm, vocab: int) -> None:
     llm.generate(prompts, SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
 
 
-def _set_policy(llm, name: str, options: dict[str, Any]) -> None:
+def _set_policy(llm, name: str, options: dict[str, Any]):
     from feather_sched.policies.registry import make_policy
 
-    scheduler_of(llm).feather.policy = make_policy(name, **options)
+    policy = scheduler_of(llm).feather.policy = make_policy(name, **options)
+    return policy
 
 
 def run_vllm_bench(
@@ -428,11 +432,19 @@ def run_repetition(
     for wname, requests in workloads.items():
         for pname in (BASELINE, *spec.policies):
             engine = engines[BASELINE if pname == BASELINE else "feather"]
+            policy = None
             if pname != BASELINE:
-                _set_policy(engine, pname, spec.policy_options.get(pname, {}))
+                options = dict(spec.policy_options.get(pname, {}))
+                warm = pname == "feather" and spec.policy_state is not None
+                if warm and spec.policy_state.is_file():
+                    options["policy_state"] = spec.policy_state
+                policy = _set_policy(engine, pname, options)
             label = f"{scenario.name}/{wname}/{pname}/{rep}"
             tick(label)
-            yield (wname, pname), run_once(engine, requests, label, record_shapes)
+            row = run_once(engine, requests, label, record_shapes)
+            if policy is not None and pname == "feather" and spec.policy_state is not None:
+                policy.save(spec.policy_state)
+            yield (wname, pname), row
 
 
 def median_rows(
