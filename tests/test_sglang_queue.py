@@ -63,6 +63,22 @@ def test_pass_orders_by_prefix_group_lazily():
     assert rest[1:] == [r.rid for r in interleaved(4) if r.rid not in taken]
 
 
+def test_unshared_pass_is_left_to_sglang():
+    """Nothing shared: the feather policy would take the list as it is, so the pass is
+    SGLang's own (no reordering, no questions); once two requests share, Feather drives."""
+    from feather_sched.policies.feather import FeatherPolicy
+
+    q = SGLangQueue(FeatherPolicy(), chunk_size=32)
+    waiting = [req("A0", "A"), req("B0", "B"), req("C0", "C")]
+    q.begin_pass(waiting, [])
+    assert q.stats.queue_order_passes == 1
+    assert [r.rid for r in scheduler_loop(q, waiting, fits=100)] == ["A0", "B0", "C0"]
+    waiting = [req("D0", "D"), req("A1", "A"), req("D1", "D")]
+    q.begin_pass(waiting, waiting[:0])
+    assert q.stats.queue_order_passes == 1  # D0 and D1 share a prefix: the policy decides
+    assert [r.rid for r in scheduler_loop(q, waiting, fits=100)] == ["D0", "D1", "A1"]
+
+
 def test_stop_ends_the_pass_and_never_stalls():
     q = SGLangQueue(GroupedPolicy(max_batch=2), chunk_size=32)
     waiting = interleaved(2)
@@ -109,6 +125,9 @@ def test_handover_when_scheduler_skips_the_candidate():
 
 def test_policy_errors_hand_the_pass_to_sglang():
     class Broken(GroupedPolicy):
+        def follows_queue_order(self, view):
+            return False  # make the pass ask it (nothing is shared in this list)
+
         def candidates(self, view):
             yield "nope"
 

@@ -67,6 +67,9 @@ class QueueStats:
     handovers: int = 0
     """Passes left to SGLang's own order (the scheduler skipped Feather's candidate, e.g. a
     LoRA limit, or the policy failed)."""
+    queue_order_passes: int = 0
+    """Passes left to SGLang's list order because the policy said it would follow it
+    (`Policy.follows_queue_order`: e.g. nothing shared by any two requests)."""
     policy_errors: int = 0
     feedback_steps: int = 0
     ordering_s: float = 0.0
@@ -308,8 +311,13 @@ class SGLangQueue:
         self.sync(waiting_queue, running)
         self._queue = waiting_queue
         try:
-            self.policy.begin_step(self)
-            p = _Pass(waiting_queue, self.policy.candidates(self))
+            if self.policy.follows_queue_order(self):
+                # The policy would take the list as it stands and ADD all: leave it to SGLang.
+                self.stats.queue_order_passes += 1
+                p = _Pass(waiting_queue, iter(()), mode=_Mode.SGLANG)
+            else:
+                self.policy.begin_step(self)
+                p = _Pass(waiting_queue, self.policy.candidates(self))
         except Exception as err:
             self._policy_failed(err)
             p = _Pass(waiting_queue, iter(()), mode=_Mode.SGLANG)
