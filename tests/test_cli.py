@@ -96,3 +96,11 @@ def test_trace_stats_missing_file() -> None:
     result = runner.invoke(app, ["trace", "stats", "/nonexistent/trace.jsonl"])
     assert result.exit_code != 0
     assert "no such file" in result.output
+
+
+def test_train_uses_the_suites_engine_settings() -> None:
+    from feather_sched.cli import _suite_max_num_seqs
+
+    assert _suite_max_num_seqs("paper-5g") == 500  # what `feather bench` runs it with
+    assert _suite_max_num_seqs("shared-prefix") == 256
+    assert _suite_max_num_seqs("tree") == 256  # a generator outside the suite

@@ -408,7 +408,12 @@ def train_cmd(
     hardware: str = typer.Option("h100", help="Hardware profile name or JSON file."),
     model: str = typer.Option("llama-3-8b", help="Model profile name or JSON file."),
     kernel: str = typer.Option("paged", help="Attention kernel: paged or ideal."),
-    max_num_seqs: int = typer.Option(256, min=1, help="Engine max running sequences."),
+    max_num_seqs: int | None = typer.Option(
+        None,
+        min=1,
+        help="Engine max running sequences (default: the bench suite's setting for the "
+        "workload, e.g. 500 for paper-*; else 256).",
+    ),
 ) -> None:
     """Train the feather-ppo policy (PPO on the simulator) and save its weights.
 
@@ -438,7 +443,7 @@ def train_cmd(
             if name == "mix":
                 mix.extend(DEFAULT_MIX)
             else:
-                entry = MixEntry(name, max_num_seqs=max_num_seqs)
+                entry = MixEntry(name, max_num_seqs=max_num_seqs or _suite_max_num_seqs(name))
                 entry.build()  # fail fast on unknown names
                 mix.append(entry)
         from feather_sched.sim.cost import StepCostModel
@@ -464,6 +469,14 @@ def train_cmd(
         console.print(
             f"episode output tok/s (mixed workloads): first {k} {first:,.0f}, last {k} {last:,.0f}"
         )
+
+
+def _suite_max_num_seqs(workload: str) -> int:
+    """The bench suite's max_num_seqs for a workload (what `feather bench` runs it with)."""
+    from feather_sched.bench.suite import SUITE
+
+    suite = SUITE.get(workload)
+    return int(suite.engine.get("max_num_seqs", 256)) if suite else 256
 
 
 @trace_app.command("stats")
