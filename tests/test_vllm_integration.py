@@ -12,6 +12,7 @@ import importlib.util
 import logging
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import numpy as np
@@ -89,15 +90,40 @@ def feather_llm(model_dir, engine_env) -> LLM:
     )
 
 
+@contextmanager
+def cpu_async_scheduling() -> Iterator[None]:
+    """vLLM's CPU platform switches async scheduling off ("not required on CPU":
+    vllm/platforms/cpu.py `check_and_update_config`); keep what the config asked for, so the
+    engine runs the GPU default here: the pipelined loop (`EngineCore.step_with_batch_queue`,
+    two batches in flight) over an AsyncScheduler."""
+    from vllm.platforms.cpu import CpuPlatform
+
+    original = CpuPlatform.__dict__["check_and_update_config"]
+
+    def keep_async(cls, vllm_config) -> None:
+        wanted = vllm_config.scheduler_config.async_scheduling
+        original.__func__(cls, vllm_config)
+        vllm_config.scheduler_config.async_scheduling = wanted
+
+    CpuPlatform.check_and_update_config = classmethod(keep_async)
+    try:
+        yield
+    finally:
+        CpuPlatform.check_and_update_config = original
+
+
 @pytest.fixture(scope="module")
 def async_llm(model_dir, engine_env) -> LLM:
     # Module-scoped like the others: engines share process-wide torch.distributed state, and
-    # one torn down mid-module would take it from the engines still in use.
-    return LLM(
-        model_dir,
-        scheduler_cls="feather_sched.integrations.vllm.FeatherAsyncScheduler",
-        **ENGINE_ARGS,
-    )
+    # one torn down mid-module would take it from the engines still in use. The plain class
+    # name: FeatherScheduler must pick its async variant by itself.
+    with cpu_async_scheduling():
+        return LLM(
+            model_dir,
+            scheduler_cls="feather_sched.integrations.vllm.FeatherScheduler",
+            async_scheduling=True,
+            **ENGINE_ARGS,
+        )
 
 
 def scheduler_of(llm: LLM):
@@ -325,18 +351,26 @@ def test_policy_sees_scheduler_view(feather_llm, feather) -> None:
     assert 0 <= seen["age"] < 60 and seen["waiting"] == 4
 
 
-def test_async_variant_runs_and_is_chosen_for_async_configs(async_llm, default_llm) -> None:
+def test_async_variant_runs_and_is_chosen_for_async_configs(
+    async_llm, default_llm, monkeypatch
+) -> None:
     config = SimpleNamespace(scheduler_config=SimpleNamespace(async_scheduling=True))
     assert type(FeatherScheduler.__new__(FeatherScheduler, vllm_config=config)) is (
         FeatherAsyncScheduler
     )
-    # vLLM CPU forces sync scheduling (platforms/cpu.py), so this runs the async class in
-    # the sync engine loop: its output bookkeeping must still give identical results.
-    sched = scheduler_of(async_llm)
+    core = async_llm.llm_engine.engine_core.engine_core
+    assert core.vllm_config.scheduler_config.async_scheduling
+    assert core.batch_queue_size == 2, "the engine should pipeline two batches"
+    sched = core.scheduler
     assert type(sched) is FeatherAsyncScheduler
-    prompts, lengths = workload(seed=7, n=12)
-    assert generate(async_llm, prompts, lengths) == generate(default_llm, prompts, lengths)
-    assert_index_empty(sched)
+    preempted = count_preemptions(sched, monkeypatch)
+    for name in ("grouped", "feather"):
+        sched.feather.policy = make_policy(name)
+        prompts, lengths = workload(seed=7, n=16)
+        assert generate(async_llm, prompts, lengths) == generate(default_llm, prompts, lengths)
+        assert sched.feather.stats.policy_steps > 0
+        assert_index_empty(sched)
+    assert preempted, "the workload was meant to preempt under async scheduling too"
 
 
 def test_policy_from_env(monkeypatch) -> None:
