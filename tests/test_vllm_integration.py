@@ -12,7 +12,6 @@ import importlib.util
 import logging
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
 from types import SimpleNamespace
 
 import numpy as np
@@ -90,34 +89,14 @@ def feather_llm(model_dir, engine_env) -> LLM:
     )
 
 
-@contextmanager
-def cpu_async_scheduling() -> Iterator[None]:
-    """vLLM's CPU platform switches async scheduling off ("not required on CPU":
-    vllm/platforms/cpu.py `check_and_update_config`); keep what the config asked for, so the
-    engine runs the GPU default here: the pipelined loop (`EngineCore.step_with_batch_queue`,
-    two batches in flight) over an AsyncScheduler."""
-    from vllm.platforms.cpu import CpuPlatform
-
-    original = CpuPlatform.__dict__["check_and_update_config"]
-
-    def keep_async(cls, vllm_config) -> None:
-        wanted = vllm_config.scheduler_config.async_scheduling
-        original.__func__(cls, vllm_config)
-        vllm_config.scheduler_config.async_scheduling = wanted
-
-    CpuPlatform.check_and_update_config = classmethod(keep_async)
-    try:
-        yield
-    finally:
-        CpuPlatform.check_and_update_config = original
-
-
 @pytest.fixture(scope="module")
 def async_llm(model_dir, engine_env) -> LLM:
     # Module-scoped like the others: engines share process-wide torch.distributed state, and
     # one torn down mid-module would take it from the engines still in use. The plain class
     # name: FeatherScheduler must pick its async variant by itself.
-    with cpu_async_scheduling():
+    from feather_sched.bench.vllm_engine import keep_async_scheduling
+
+    with keep_async_scheduling():
         return LLM(
             model_dir,
             scheduler_cls="feather_sched.integrations.vllm.FeatherScheduler",

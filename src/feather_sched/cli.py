@@ -83,6 +83,11 @@ def bench(
         "sim", help="sim: the simulator; vllm: the real vLLM engine (needs the 'vllm' extra)."
     ),
     repeats: int = typer.Option(3, min=1, help="Runs per configuration (--engine vllm)."),
+    async_scheduling: bool = typer.Option(
+        False,
+        "--async-scheduling",
+        help="--engine vllm: run vLLM's async scheduling (the GPU default), also on CPU.",
+    ),
 ) -> None:
     """Run every policy on every workload (simulated, or on vLLM); table, JSON and a plot."""
     if engine == "vllm":
@@ -98,6 +103,7 @@ def bench(
             json_out,
             plot,
             policy_state,
+            async_scheduling,
         )
         return
     if engine != "sim":
@@ -190,6 +196,7 @@ def _bench_vllm(
     json_out: Path,
     plot: Path,
     policy_state: Path | None = None,
+    async_scheduling: bool = False,
 ) -> None:
     """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
     from dataclasses import asdict
@@ -222,6 +229,7 @@ def _bench_vllm(
         repeats=repeats,
         seed=seed,
         policy_state=policy_state,
+        async_scheduling=async_scheduling,
     )
     try:
         spec.validate()
@@ -230,7 +238,10 @@ def _bench_vllm(
     except (ValueError, RuntimeError, FileNotFoundError) as err:
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
-    title = f"feather bench --engine vllm: {model or 'tiny-llama'}, seed {seed}, {repeats} runs"
+    mode = ", async scheduling" if async_scheduling else ""
+    title = (
+        f"feather bench --engine vllm: {model or 'tiny-llama'}, seed {seed}, {repeats} runs{mode}"
+    )
     console.print(results_table(rows, title))
     payload = {
         "machine": machine_info(),

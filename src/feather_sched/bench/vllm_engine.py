@@ -80,6 +80,9 @@ class VllmBenchSpec:
     seed: int = 0
     dtype: str = "auto"
     policy_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    async_scheduling: bool = False
+    """Run vLLM's async scheduling (the GPU default: two batches in flight, AsyncScheduler and
+    FeatherAsyncScheduler), also on CPU where vLLM turns it off by default."""
     policy_state: Path | None = None
     """The `feather` bandit's table: loaded before each feather run if the file exists and
     saved after it, so the bandit learns across runs and scenarios as a deployment would."""
@@ -181,8 +184,40 @@ def make_llm(spec: VllmBenchSpec, path: str, dtype: str, num_blocks: int, feathe
     )
     if feather:
         kwargs["scheduler_cls"] = "feather_sched.integrations.vllm.FeatherScheduler"
-    with _env(FEATHER_POLICY="fcfs"):  # replaced per run; fcfs needs no options
+    if spec.async_scheduling:
+        kwargs["async_scheduling"] = True
+    with _env(FEATHER_POLICY="fcfs"), keep_async_scheduling(spec.async_scheduling):
+        # FEATHER_POLICY is replaced per run; fcfs needs no options
         return LLM(path, **kwargs)
+
+
+@contextmanager
+def keep_async_scheduling(enabled: bool = True) -> Iterator[None]:
+    """Let an engine built inside this block keep `async_scheduling=True` on CPU.
+
+    vLLM's CPU platform switches async scheduling off ("not required on CPU":
+    vllm/platforms/cpu.py `check_and_update_config`), though its CPU model runner runs the
+    pipelined loop (`EngineCore.step_with_batch_queue`) fine. This keeps what the config
+    asked for, for engines built in the block only, so the GPU default can be exercised and
+    measured here. Elsewhere (GPU platforms) it changes nothing.
+    """
+    if not enabled:
+        yield
+        return
+    from vllm.platforms.cpu import CpuPlatform
+
+    original = CpuPlatform.__dict__["check_and_update_config"]
+
+    def keep(cls, vllm_config) -> None:
+        wanted = vllm_config.scheduler_config.async_scheduling
+        original.__func__(cls, vllm_config)
+        vllm_config.scheduler_config.async_scheduling = wanted
+
+    CpuPlatform.check_and_update_config = classmethod(keep)
+    try:
+        yield
+    finally:
+        CpuPlatform.check_and_update_config = original
 
 
 def scheduler_of(llm):
