@@ -369,6 +369,53 @@ def test_policy_from_env(monkeypatch) -> None:
         policy_from_env()
 
 
+def test_policy_state_env(monkeypatch, tmp_path) -> None:
+    from feather_sched.integrations.vllm import _state_saver_from_env
+
+    monkeypatch.delenv("FEATHER_POLICY_OPTIONS", raising=False)
+    monkeypatch.setenv("FEATHER_POLICY_STATE", str(tmp_path / "s.json"))
+    monkeypatch.setenv("FEATHER_POLICY", "grouped")
+    with pytest.raises(ValueError, match="keeps no learned state"):
+        policy_from_env()
+    monkeypatch.setenv("FEATHER_POLICY", "feather")
+    assert policy_from_env().name == "feather"  # no file yet: starts cold
+    monkeypatch.setenv("FEATHER_POLICY_STATE_EVERY_S", "soon")
+    with pytest.raises(ValueError, match="FEATHER_POLICY_STATE_EVERY_S"):
+        _state_saver_from_env()
+    monkeypatch.setenv("FEATHER_POLICY_STATE_EVERY_S", "30")
+    assert _state_saver_from_env().every_s == 30.0
+
+
+def test_policy_state_is_saved_while_serving_and_at_shutdown(
+    feather_llm, feather, tmp_path, monkeypatch
+) -> None:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from feather_sched.integrations.vllm import PolicyStateSaver
+    from feather_sched.policies.feather import FeatherPolicy
+
+    path = tmp_path / "bandit.json"
+    feather.feather.policy = make_policy("feather")
+    feather.feather_state = PolicyStateSaver(path, every_s=0.0)
+    try:
+        prompts, lengths = workload(seed=10, n=16)
+        generate(feather_llm, prompts, lengths)
+        assert feather.feather_state.saves > 0
+        saved = FeatherPolicy(policy_state=path)  # and a restart would load it
+        assert saved.table.stats == feather.feather.policy.table.stats
+        assert saved.total_decisions == 0 and feather.feather.policy.decisions > 0
+        monkeypatch.setattr(Scheduler, "shutdown", lambda self: None)  # keep the engine alive
+        saves = feather.feather_state.saves
+        feather.shutdown()
+        assert feather.feather_state.saves == saves + 1
+        bad = PolicyStateSaver(tmp_path / "no-such-dir" / "s.json", every_s=0.0)
+        bad.save(feather.feather.policy)  # logged, not raised
+        assert bad.saves == 0
+    finally:
+        feather.feather_state = None
+    assert_index_empty(feather)
+
+
 def test_bench_run_once_reports_a_row(feather_llm, feather) -> None:
     from feather_sched.bench.vllm_engine import run_once
     from feather_sched.request import Request

@@ -9,6 +9,9 @@ Configuration (read when the engine builds its scheduler):
   when registered, else "grouped"). Any registered policy works: fcfs, lpm, grouped, ...
 - `FEATHER_POLICY_OPTIONS`: JSON object of the policy's keyword options, e.g. '{"max_batch": 8}'.
 - `FEATHER_CHUNK_BLOCKS`: CHT chunk size in KV blocks (default 1: chunk == block).
+- `FEATHER_POLICY_STATE`: a file for the policy's learned state (the feather bandit's table):
+  loaded at start if it exists, saved every `FEATHER_POLICY_STATE_EVERY_S` seconds of serving
+  (default 60) and at shutdown, so a restarted server starts warm.
 
 What it changes: only the order in which waiting requests are admitted and where admission
 stops (see `vllm_admission`); vLLM still runs every request it admits exactly as before, so
@@ -23,6 +26,7 @@ import json
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -49,6 +53,8 @@ logger = logging.getLogger("feather_sched.vllm")
 ENV_POLICY = "FEATHER_POLICY"
 ENV_OPTIONS = "FEATHER_POLICY_OPTIONS"
 ENV_CHUNK_BLOCKS = "FEATHER_CHUNK_BLOCKS"
+ENV_STATE = "FEATHER_POLICY_STATE"
+ENV_STATE_EVERY = "FEATHER_POLICY_STATE_EVERY_S"
 
 
 def default_policy_name() -> str:
@@ -67,7 +73,54 @@ def policy_from_env() -> Policy:
         raise ValueError(f"{ENV_OPTIONS} is not valid JSON: {err}") from None
     if not isinstance(options, dict):
         raise ValueError(f"{ENV_OPTIONS} must be a JSON object, got {raw!r}")
-    return make_policy(name, **options)
+    state = os.environ.get(ENV_STATE, "").strip()
+    if state and Path(state).is_file():
+        options.setdefault("policy_state", state)
+    policy = make_policy(name, **options)
+    if state and not callable(getattr(policy, "save", None)):
+        raise ValueError(f"{ENV_STATE} is set but policy {name!r} keeps no learned state")
+    return policy
+
+
+def _state_saver_from_env() -> PolicyStateSaver | None:
+    path = os.environ.get(ENV_STATE, "").strip()
+    if not path:
+        return None
+    raw = os.environ.get(ENV_STATE_EVERY, "").strip() or "60"
+    try:
+        every = float(raw)
+    except ValueError:
+        raise ValueError(f"{ENV_STATE_EVERY} must be a number of seconds, got {raw!r}") from None
+    if every <= 0:
+        raise ValueError(f"{ENV_STATE_EVERY} must be > 0, got {raw!r}")
+    return PolicyStateSaver(Path(path), every)
+
+
+class PolicyStateSaver:
+    """Saves a policy's learned state to a file every `every_s` seconds (checked once per
+    engine step, so the cost is a clock read) and on demand. A failed save is logged, never
+    raised: serving must not stop because a disk is full."""
+
+    def __init__(self, path: Path, every_s: float, clock=time.monotonic) -> None:
+        self.path = path
+        self.every_s = every_s
+        self._clock = clock
+        self._last = clock()
+        self.saves = 0
+
+    def maybe_save(self, policy: Policy) -> None:
+        if self._clock() - self._last >= self.every_s:
+            self.save(policy)
+
+    def save(self, policy: Policy) -> None:
+        self._last = self._clock()
+        if not callable(getattr(policy, "save", None)):
+            return  # a stateless policy was swapped in at run time: nothing to keep
+        try:
+            policy.save(self.path)  # type: ignore[attr-defined]
+            self.saves += 1
+        except Exception:
+            logger.exception("feather: could not save the policy state to %s", self.path)
 
 
 def _chunk_blocks_from_env() -> int:
@@ -102,6 +155,7 @@ class FeatherScheduler(Scheduler):
         policy = policy_from_env()
         index = EngineIndex(self.hash_block_size, _chunk_blocks_from_env())
         self.feather = AdmissionController(self, policy, index)
+        self.feather_state = _state_saver_from_env()
         self.waiting = FeatherRequestQueue(self.waiting, self.feather)
         self._feather_steps: dict[int, tuple[float, int]] = {}
         self._feather_last_done = 0.0
@@ -155,7 +209,14 @@ class FeatherScheduler(Scheduler):
                 prefill_tokens,
             )
             self._feather_last_done = done
+            if self.feather_state is not None:
+                self.feather_state.maybe_save(self.feather.policy)
         return result
+
+    def shutdown(self) -> None:
+        if self.feather_state is not None:
+            self.feather_state.save(self.feather.policy)
+        super().shutdown()
 
     def _free_request(self, request, *args: Any, **kwargs: Any):
         result = super()._free_request(request, *args, **kwargs)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +181,8 @@ class FeatherPolicy(Policy):
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:
+        """Write the table (atomically: a server saving while another process loads, or a
+        crash mid-write, never leaves a half-written file)."""
         path = Path(path)
         payload = {
             "version": _STATE_VERSION,
@@ -190,7 +193,9 @@ class FeatherPolicy(Policy):
             "sec_per_token": self.sec_per_token if math.isfinite(self.sec_per_token) else None,
             "table": self.table.to_dict(),
         }
-        path.write_text(json.dumps(payload, indent=1) + "\n")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(payload, indent=1) + "\n")
+        os.replace(tmp, path)
         return path
 
     def load(self, path: str | Path) -> None:
