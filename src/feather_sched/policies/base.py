@@ -104,5 +104,13 @@ class Policy(ABC):
         """Forget per-run state (a fresh simulation)."""
 
 
+def is_decode_step(batch_size: int, prefill_tokens: int) -> bool:
+    """A step mostly spent on decodes (no more prefill tokens than sequences). Only such
+    steps measure what a batch's composition costs: a prefill is a one-off cost every request
+    pays whenever it is admitted, and the chunk of a 10,000-token prompt would otherwise swamp
+    the signal of the batch it joins. The learners' feedback filters share this one rule."""
+    return prefill_tokens <= batch_size
+
+
 class PolicyError(RuntimeError):
     """A policy broke its contract (yielded an unknown or duplicate id)."""

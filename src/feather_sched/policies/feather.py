@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from feather_sched.policies.bandit import ADD, STOP, BanditTable
-from feather_sched.policies.base import Policy, SchedulerView
+from feather_sched.policies.base import Policy, SchedulerView, is_decode_step
 from feather_sched.policies.features import DecisionState, decision_state
 from feather_sched.policies.grouped import grouped_candidates
 
@@ -148,10 +148,7 @@ class FeatherPolicy(Policy):
         per_token = step_time / (prefill_tokens + batch_size)
         if per_token < self.sec_per_token:
             self.sec_per_token = per_token
-        # Only decode-dominated steps measure what a batch's composition costs: a prefill is
-        # a one-off cost every request pays whenever it is admitted, and the chunk of a
-        # 10,000-token prompt would otherwise swamp the signal of the batch it joins.
-        decode_step = prefill_tokens <= batch_size
+        decode_step = is_decode_step(batch_size, prefill_tokens)
         if decode_step:
             throughput = batch_size / step_time
             if throughput > self.reward_scale:

@@ -54,6 +54,7 @@ import numpy as np
 from gymnasium import spaces
 
 from feather_sched.policies.bandit import ADD, STOP
+from feather_sched.policies.base import is_decode_step
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.request import Request
 from feather_sched.rl.observation import OBS_DIM, DelegatedFeather
@@ -104,7 +105,7 @@ class _BridgePolicy(DelegatedFeather):
     def end_step(self, view, step_time: float, batch_size: int, prefill_tokens: int = 0) -> None:
         super().end_step(view, step_time, batch_size, prefill_tokens)
         self._steps += 1
-        if step_time > 0 and prefill_tokens <= batch_size:
+        if step_time > 0 and is_decode_step(batch_size, prefill_tokens):
             self._seqs += batch_size
             self._seconds += step_time
 

@@ -22,7 +22,7 @@ from abc import abstractmethod
 import numpy as np
 
 from feather_sched.policies.bandit import ADD, STOP
-from feather_sched.policies.base import SchedulerView
+from feather_sched.policies.base import SchedulerView, is_decode_step
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.features import DecisionState
 
@@ -87,10 +87,8 @@ class ThroughputTracker:
         self.best = 0.0
 
     def update(self, step_time: float, batch_size: int, prefill_tokens: int) -> None:
-        # Same filter as the bandit's reward: prefill-dominated steps say little about the
-        # batch's composition.
-        if step_time <= 0 or prefill_tokens > batch_size:
-            return
+        if step_time <= 0 or not is_decode_step(batch_size, prefill_tokens):
+            return  # the bandit's filter: prefill-dominated steps say little of the batch
         self.last = batch_size / step_time
         if self.last > self.best:
             self.best = self.last
