@@ -391,11 +391,10 @@ def _warm_up(llm, vocab: int) -> None:
     llm.generate(prompts, SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
 
 
-def _set_policy(llm, name: str, options: dict[str, Any]):
+def _set_policy(llm, name: str, options: dict[str, Any]) -> None:
     from feather_sched.policies.registry import make_policy
 
-    policy = scheduler_of(llm).feather.policy = make_policy(name, **options)
-    return policy
+    scheduler_of(llm).feather.policy = make_policy(name, **options)
 
 
 def run_vllm_bench(
@@ -467,18 +466,17 @@ def run_repetition(
     for wname, requests in workloads.items():
         for pname in (BASELINE, *spec.policies):
             engine = engines[BASELINE if pname == BASELINE else "feather"]
-            policy = None
+            state = spec.policy_state if pname == "feather" else None
             if pname != BASELINE:
                 options = dict(spec.policy_options.get(pname, {}))
-                warm = pname == "feather" and spec.policy_state is not None
-                if warm and spec.policy_state.is_file():
-                    options["policy_state"] = spec.policy_state
-                policy = _set_policy(engine, pname, options)
+                if state is not None and state.is_file():
+                    options["policy_state"] = state
+                _set_policy(engine, pname, options)
             label = f"{scenario.name}/{wname}/{pname}/{rep}"
             tick(label)
             row = run_once(engine, requests, label, record_shapes)
-            if policy is not None and pname == "feather" and spec.policy_state is not None:
-                policy.save(spec.policy_state)
+            if state is not None:
+                scheduler_of(engine).feather.policy.save(state)
             yield (wname, pname), row
 
 

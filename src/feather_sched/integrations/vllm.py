@@ -77,9 +77,14 @@ def policy_from_env() -> Policy:
     if state and Path(state).is_file():
         options.setdefault("policy_state", state)
     policy = make_policy(name, **options)
-    if state and not callable(getattr(policy, "save", None)):
+    if state and not _keeps_state(policy):
         raise ValueError(f"{ENV_STATE} is set but policy {name!r} keeps no learned state")
     return policy
+
+
+def _keeps_state(policy: Policy) -> bool:
+    """Policies with learned state save it with `save(path)` (the feather bandit)."""
+    return callable(getattr(policy, "save", None))
 
 
 def _state_saver_from_env() -> PolicyStateSaver | None:
@@ -114,7 +119,7 @@ class PolicyStateSaver:
 
     def save(self, policy: Policy) -> None:
         self._last = self._clock()
-        if not callable(getattr(policy, "save", None)):
+        if not _keeps_state(policy):
             return  # a stateless policy was swapped in at run time: nothing to keep
         try:
             policy.save(self.path)  # type: ignore[attr-defined]

@@ -191,8 +191,11 @@ class FeatherPolicy(Policy):
             "table": self.table.to_dict(),
         }
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(payload, indent=1) + "\n")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps(payload, indent=1) + "\n")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)  # only left over when the write failed
         return path
 
     def load(self, path: str | Path) -> None:
