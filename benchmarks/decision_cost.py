@@ -10,9 +10,8 @@ Usage: python benchmarks/decision_cost.py [--requests 10000] [--json FILE]
 from __future__ import annotations
 
 import argparse
-import json
 
-from feather_sched.bench.machine import machine_info
+from feather_sched.bench.machine import write_record
 from feather_sched.policies.registry import make_policy
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost import StepCostModel
@@ -53,9 +52,7 @@ def main() -> None:
         )
         print(rows[-1], flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": machine_info(), "rows": rows}, f, indent=2)
-            f.write("\n")
+        write_record(args.json, rows=rows)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 
 import matplotlib
 
@@ -19,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from feather_sched.bench.machine import write_record
 from feather_sched.bench.suite import SUITE, build_workload
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.feather import FeatherPolicy
@@ -77,9 +77,7 @@ def main() -> None:
     fig.savefig(args.plot, dpi=110)
     print(f"cold feather on seed {args.runs - 1}: {cold:.1f} tok/s; wrote {args.plot}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"runs": per_run, "cold_last": round(cold, 1)}, f, indent=2)
-            f.write("\n")
+        write_record(args.json, runs=per_run, cold_last=round(cold, 1))
 
 
 if __name__ == "__main__":

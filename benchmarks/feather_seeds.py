@@ -8,9 +8,8 @@ several, sweeping the oracle again for each seed (the best cap depends on the dr
 from __future__ import annotations
 
 import argparse
-import json
 
-from feather_sched.bench.machine import machine_info
+from feather_sched.bench.machine import write_record
 from feather_sched.bench.oracle import oracle_sweep
 from feather_sched.bench.suite import BenchSpec, build_workload
 from feather_sched.policies.fcfs import FCFSPolicy
@@ -57,9 +56,7 @@ def main() -> None:
             )
             print(rows[-1], flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": machine_info(), "rows": rows}, f, indent=2)
-            f.write("\n")
+        write_record(args.json, rows=rows)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,8 @@ policy's own behaviour. Usage:
 from __future__ import annotations
 
 import argparse
-import json
 
-from feather_sched.bench.machine import machine_info
+from feather_sched.bench.machine import write_record
 from feather_sched.bench.vllm_engine import TINY_WORKLOADS, VllmBenchSpec
 from feather_sched.policies.registry import make_policy
 from feather_sched.sim.config import EngineConfig
@@ -53,11 +52,7 @@ def main() -> None:
                 )
                 print(rows[-1], flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {"machine": machine_info(), "profile": args.profile, "rows": rows}, f, indent=2
-            )
-            f.write("\n")
+        write_record(args.json, profile=args.profile, rows=rows)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,9 @@ one core per run. Usage: python benchmarks/sim_speed.py [--json benchmarks/sim_s
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
-from feather_sched.bench.machine import machine_info
+from feather_sched.bench.machine import write_record
 from feather_sched.bench.suite import build_workload
 from feather_sched.policies.registry import make_policy
 from feather_sched.sim.config import EngineConfig
@@ -47,9 +46,7 @@ def main() -> None:
         )
         print(f"{name:16s} {best_cpu:6.2f} s cpu  {result.num_steps} steps")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": machine_info(), "rows": rows}, f, indent=2)
-            f.write("\n")
+        write_record(args.json, rows=rows)
 
 
 if __name__ == "__main__":

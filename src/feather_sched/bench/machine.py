@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 
@@ -39,3 +40,10 @@ def machine_info() -> dict:
         "python": platform.python_version(),
         "numpy": numpy.__version__,
     }
+
+
+def write_record(path: str | os.PathLike, **fields: object) -> None:
+    """A benchmark's JSON record: the machine it ran on, then its fields (rows, config)."""
+    with open(path, "w") as f:
+        json.dump({"machine": machine_info(), **fields}, f, indent=2)
+        f.write("\n")
