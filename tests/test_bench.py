@@ -116,5 +116,5 @@ def test_bench_policy_state_is_saved_then_loaded(tmp_path: Path) -> None:
     second = runner.invoke(app, args)  # starts warm from the saved table, then saves again
     assert second.exit_code == 0, second.output
     again = json.loads(state.read_text())
-    pulls = lambda table: sum(row[0] + row[3] for row in table.values())  # noqa: E731
+    pulls = lambda table: sum(add[0] + stop[0] for add, stop in table.values())  # noqa: E731
     assert pulls(again["table"]) >= pulls(saved["table"])

@@ -7,9 +7,15 @@ import pytest
 from typer.testing import CliRunner
 
 from feather_sched.bench.calibrate_fit import fit_profile, mape, predict
-from feather_sched.bench.tiny_llama import TINY_LLAMA
-from feather_sched.bench.vllm_calibrate import Sample, default_compositions, median_of_passes, split
-from feather_sched.bench.vllm_engine import TINY_WORKLOADS, VllmBenchSpec, engine_workload
+from feather_sched.bench.tiny_llama import ENGINE_MODELS
+from feather_sched.bench.vllm_calibrate import (
+    GRIDS,
+    Sample,
+    default_compositions,
+    median_of_passes,
+    split,
+)
+from feather_sched.bench.vllm_engine import ENGINE_SCALES, VllmBenchSpec, engine_workload
 from feather_sched.cli import app
 from feather_sched.sim.cost import BatchShape, load_hardware, load_model
 
@@ -70,14 +76,45 @@ def test_default_compositions_fit_the_tiny_model() -> None:
     assert len(default_compositions(quick=True)) < len(default_compositions())
 
 
-@pytest.mark.parametrize("name", list(TINY_WORKLOADS))
-def test_engine_workloads_fit_the_tiny_model(name: str) -> None:
-    spec = VllmBenchSpec()
-    requests = engine_workload(name, TINY_LLAMA.vocab_size, seed=0)
-    assert requests
+@pytest.mark.parametrize(
+    ("model", "name"), [(m, w) for m, sc in ENGINE_SCALES.items() for w in sc.workloads]
+)
+def test_engine_workloads_fit_their_model(model: str, name: str) -> None:
+    spec = VllmBenchSpec(model=model).resolved()
+    built = ENGINE_MODELS[model]
+    requests = engine_workload(name, built.vocab_size, 0, spec.scale)
+    assert requests and spec.max_model_len <= built.max_position_embeddings
     for r in requests:
         assert r.prompt_len + r.output_len <= spec.max_model_len
-        assert int(r.prompt.min()) >= 4 and int(r.prompt.max()) < TINY_LLAMA.vocab_size
+        assert int(r.prompt.min()) >= 4 and int(r.prompt.max()) < built.vocab_size
+    # the no-pressure scenario holds the whole workload (shared prompt blocks once)
+    bs = spec.block_size
+    blocks = {
+        r.prompt[: (i + 1) * bs].tobytes() for r in requests for i in range(r.prompt_len // bs)
+    }
+    tails = sum(-(-(r.prompt_len % bs + r.output_len) // bs) for r in requests)
+    assert len(blocks) + tails <= max(sc.num_blocks for sc in spec.scenarios or ())
+
+
+def test_kv_bound_grid_covers_locality() -> None:
+    """Batches 8-64 (32 and 64 included), 1 to >= 16 prefixes, prefixes to the workloads'
+    2,048 tokens: what the cache-reuse fit needs."""
+    comps = default_compositions(grid=GRIDS["kv-bound"])
+    assert {32, 64} <= {c.batch for c in comps} and min(c.batch for c in comps) == 8
+    long = [c for c in comps if c.prefix_len == 2048]
+    assert {1, 16} <= {c.prefixes for c in long if c.batch == 64}
+    assert {"B32-G1-P2048-S16", "B64-G16-P2048-S16"} <= {c.label for c in comps}
+
+
+def test_bench_spec_resolves_from_the_model_scale() -> None:
+    spec = VllmBenchSpec(model="kv-bound").resolved()
+    assert spec.workloads == ("paper-32g", "paper-4g", "no-sharing")
+    assert [s.name for s in spec.scenarios or ()] == ["kv-pressure", "no-pressure"]
+    assert VllmBenchSpec().resolved().max_model_len == 1024
+    with pytest.raises(ValueError, match="no engine-sized settings"):
+        VllmBenchSpec(model="kv-bound", workloads=["shared-prefix"]).validate()
+    with pytest.raises(ValueError, match="neither a built-in engine model"):
+        VllmBenchSpec(model="no-such-model").validate()
 
 
 def test_bench_engine_vllm_rejects_unsized_workloads_and_bad_engines() -> None:

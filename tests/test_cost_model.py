@@ -55,6 +55,7 @@ def ideal(h100, llama) -> StepCostModel:
 def test_builtin_names():
     assert list_hardware() == ["a100", "cpu", "h100", "h200", "rtx6000-ada"]
     assert list_models() == [
+        "kv-bound",
         "llama-3-8b",
         "longchat-13b",
         "qwen2.5-0.5b",
@@ -328,6 +329,35 @@ def test_block_tables_reference_matches_counts():
     assert shape == BatchShape.shared_prefix_decode([4], 10 * bs, 2 * bs - 3)
     with pytest.raises(ValueError, match="does not fit"):
         BatchShape.from_block_tables([[1, 2]], bs, [40])
+
+
+def test_span_follows_batch_order_and_decides_sequential_reuse():
+    """Adjacent readers of a prefix re-read it after one context; interleaved ones after a
+    context per group in between. A sequential-attention profile hits on the first and
+    misses on the second once the span overflows its cache; a batch-wide profile cannot
+    tell them apart."""
+    bs, groups, per = 16, 4, 3
+    tables = {
+        g: [[1000 * g + j for j in range(8)] + [5000 + 10 * g + k] for k in range(per)]
+        for g in range(groups)
+    }
+    grouped = [t for g in range(groups) for t in tables[g]]
+    interleaved = [tables[g][k] for k in range(per) for g in range(groups)]
+    a = BatchShape.from_block_tables(grouped, bs)
+    b = BatchShape.from_block_tables(interleaved, bs)
+    assert a.shared_span_tokens == 9 * bs and b.shared_span_tokens == groups * 9 * bs
+    assert (a.shared_unique_kv_tokens, a.logical_kv_tokens) == (
+        b.shared_unique_kv_tokens,
+        b.logical_kv_tokens,
+    )
+    m = load_model("kv-bound")
+    cache = 2 * 9 * bs * m.kv_bytes_per_token_per_layer  # holds two contexts of one layer
+    hw = load_hardware("cpu").replace(cache_bytes=cache, cache_efficiency=1.0)
+    seq = StepCostModel(hw, m)
+    assert seq.order_sensitive
+    assert seq.step_time(a) < seq.step_time(b)
+    flat = StepCostModel(hw.replace(sequential_attention=False), m)
+    assert flat.step_time(a) == flat.step_time(b)
 
 
 def test_validate_rejects_impossible_shapes():

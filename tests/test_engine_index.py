@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from feather_sched.bench.tiny_llama import TINY_LLAMA
+from feather_sched.bench.tiny_llama import ENGINE_MODELS
 from feather_sched.index.cht import RequestState, chunk_digests
 from feather_sched.integrations.engine_index import EngineIndex, hash_to_int, sample_chain
 from feather_sched.sim.cost import load_model
@@ -126,9 +126,10 @@ def test_bad_sizes_rejected() -> None:
         EngineIndex(16, chunk_blocks=0)
 
 
-def test_tiny_llama_spec_matches_its_model_profile() -> None:
-    m = load_model("tiny-llama")
-    spec = TINY_LLAMA
+@pytest.mark.parametrize("name", list(ENGINE_MODELS))
+def test_engine_model_spec_matches_its_model_profile(name: str) -> None:
+    m = load_model(name)
+    spec = ENGINE_MODELS[name]
     assert (m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim) == (
         spec.num_layers,
         spec.hidden_size,
@@ -141,3 +142,4 @@ def test_tiny_llama_spec_matches_its_model_profile() -> None:
         spec.vocab_size,
         4,
     )
+    assert spec.dtype == "float32"

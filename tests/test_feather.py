@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 from feather_sched import Request
 from feather_sched.index.cht import ChunkedHashTree
-from feather_sched.policies.bandit import ADD, STOP, BanditTable, coarse_key
+from feather_sched.policies.bandit import ADD, STOP, Arm, BanditTable, coarse_key, combine
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.features import (
     DecisionState,
@@ -18,6 +19,7 @@ from feather_sched.policies.features import (
     log2_bin,
     shared_depth,
 )
+from feather_sched.policies.registry import make_policy
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
@@ -32,8 +34,18 @@ def _stop_everywhere() -> FeatherPolicy:
     for b in range(10):
         for lost in range(9):
             for g in range(9):
-                policy.table.stats[(b, lost, g)] = [1, 1, 0.0, 1, 1, 1.0]
+                policy.table.stats[(b, lost, g)] = (_arm(0.0), _arm(1.0))
     return policy
+
+
+def _arm(mean: float, n: int = 10, sd: float = 0.01) -> Arm:
+    """An arm with `n` rewards around `mean` (sample standard deviation `sd`)."""
+    return Arm(pulls=n, n=n, mean=mean, m2=sd * sd * (n - 1))
+
+
+def _reward(table: BanditTable, key, action: int, reward: float) -> None:
+    table.pull(key, action)
+    table.update(key, action, reward)
 
 
 def test_log_bins() -> None:
@@ -58,41 +70,75 @@ def test_decision_state_from_the_index() -> None:
     assert decision_state(cht, "loner").lost_chunks == 0
 
 
-def test_bandit_stops_first_waits_for_evidence_then_follows_rewards() -> None:
-    table = BanditTable(exploration=0.0)
+def test_bandit_adds_until_stop_wins_with_confidence() -> None:
+    """ADD, the engine's own behaviour, is played without evidence (no budget) and while
+    STOP's lead is within its confidence bound; STOP once it wins with confidence."""
+    table = BanditTable(confidence=1.0)
     key = (1, 2, 3)
-    assert table.choose(key, scale=1.0) == STOP  # a new state keeps the batch as it is
+    assert table.choose(key, scale=1.0, budget=0.0).action == ADD  # cold, nothing to spend
+    for r in (1.0, 1.1, 0.9):
+        _reward(table, key, ADD, r)
+    for r in (1.5, 0.6, 1.2):  # mean 1.1 vs 1.0, but noisy: not proven
+        _reward(table, key, STOP, r)
+    assert table.greedy(key) == ADD
+    for r in (1.3, 1.25, 1.35, 1.3, 1.28, 1.32):  # a clear lead now
+        _reward(table, key, STOP, r)
+    assert table.greedy(key) == STOP
+    assert table.choose(key, scale=1.0, budget=0.0) == table.choose(key, 1.0, 5.0)
+    assert table.choose(key, scale=1.0, budget=0.0).exploring is False
+
+
+def test_exploration_is_paid_from_the_budget() -> None:
+    """An untried STOP is tried twice at `untried_cost`, then ADD gathers its rewards; a
+    STOP proven worse is never tried again, an uncertain one costs ADD's lead over its LCB."""
+    table = BanditTable(confidence=1.0)
+    key = (3, 4, 5)
+    assert table.choose(key, scale=1.0, budget=0.4, untried_cost=0.5).action == ADD
+    choice = table.choose(key, scale=1.0, budget=0.5, untried_cost=0.5)
+    assert (choice.action, choice.exploring, choice.cost) == (STOP, True, 0.5)
     table.pull(key, STOP)
-    assert table.choose(key, scale=1.0) == STOP  # STOP's reward has not arrived yet
-    table.update(key, STOP, 0.2)
-    assert table.choose(key, scale=1.0) == ADD  # now try the other action
-    table.pull(key, ADD)
-    assert table.choose(key, scale=1.0) == STOP  # an ADD is out: no more mixing until it pays
-    table.update(key, ADD, 0.9)
-    assert table.choose(key, scale=1.0) == ADD and table.greedy(key) == ADD
-    for _ in range(20):
-        table.pull(key, STOP)
-        table.update(key, STOP, 2.0)
-    assert table.choose(key, scale=2.0) == STOP
+    table.pull(key, STOP)
+    assert table.choose(key, scale=1.0, budget=9.0).action == ADD  # STOP tried enough
+    for r in (1.0, 1.02, 0.98):
+        _reward(table, key, ADD, r)
+    for r in (1.1, 0.9, 1.0):  # no better, no worse, within the noise
+        table.update(key, STOP, r)
+    gain, se = table.advantage(key, 1.0)
+    choice = table.choose(key, scale=1.0, budget=9.0)
+    assert choice.exploring and choice.cost == pytest.approx(se - gain)
+    assert table.choose(key, scale=1.0, budget=0.0).action == ADD
+    for r in (0.5, 0.52, 0.48, 0.5, 0.5):  # now clearly worse
+        _reward(table, key, STOP, r)
+    assert table.choose(key, scale=1.0, budget=100.0).action == ADD
 
 
 def test_new_states_back_off_to_their_coarse_state() -> None:
-    """A fine state without evidence for both actions decides from (group - batch, lost);
-    once it has its own evidence it decides alone."""
-    table = BanditTable(exploration=0.0)
+    """A fine state without two rewards for both actions decides from (group - batch,
+    lost); once it has its own evidence it decides alone."""
+    table = BanditTable(confidence=1.0)
     learned = (6, 7, 4)  # 32-63 running, a group 2 bins smaller than the batch
-    for action, reward in ((STOP, 1.0), (ADD, 2.0)):
-        table.pull(learned, action)
-        table.update(learned, action, reward)
+    for r in (1.0, 1.01, 0.99):
+        _reward(table, learned, STOP, r)
+        _reward(table, learned, ADD, 2 * r)
     assert coarse_key(learned) == (-2, 7)
     unseen = (8, 7, 6)  # a bigger batch, a group as much smaller: same coarse state
-    assert table.choose(unseen, scale=1.0) == ADD and table.greedy(unseen) == ADD
-    assert table.choose((8, 7, 8), scale=1.0) == STOP  # another coarse state: STOP first
-    for action, reward in ((STOP, 3.0), (ADD, 0.5)):
-        table.pull(unseen, action)
-        table.update(unseen, action, reward)
-    assert table.choose(unseen, scale=1.0) == STOP  # its own evidence now decides
-    assert table.stats[coarse_key(unseen)][1] == 2  # and it fed the coarse state too
+    assert table.arms(unseen) is table.stats[(-2, 7)]
+    assert table.greedy(unseen) == ADD
+    for r in (3.0, 3.1, 2.9):
+        _reward(table, unseen, STOP, r)
+        _reward(table, unseen, ADD, r / 6)
+    assert table.greedy(unseen) == STOP  # its own evidence now decides
+    assert table.stats[coarse_key(unseen)][STOP].n == 6  # and it fed the coarse state too
+
+
+def test_arm_moments_match_numpy() -> None:
+    rng = np.random.default_rng(0)
+    values = rng.normal(3.0, 0.5, 50)
+    arm = Arm()
+    for v in values:
+        arm.add(float(v))
+    assert arm.mean == pytest.approx(values.mean())
+    assert arm.var() == pytest.approx(values.var(ddof=1))
 
 
 def test_reward_charges_the_own_step_its_marginal_time() -> None:
@@ -102,33 +148,34 @@ def test_reward_charges_the_own_step_its_marginal_time() -> None:
     view = None  # end_step does not read the view
     policy.end_step(view, 1.0, 10, prefill_tokens=990)  # learns 1 ms per token
     key = (3, 7, 4)
-    policy.table.stats[key] = [0, 0, 0.0, 0, 0, 0.0]
-    policy.decide(decision_state_for(key))
+    policy.decide(decision_state_for(key))  # cold: the initial budget pays for a STOP
     policy.end_step(view, 1.0, 20, prefill_tokens=980)  # own step: 1.0 - 0.98 = 0.02 s
     policy.end_step(view, 1.0, 20, prefill_tokens=980)  # prefill-dominated: skipped
     policy.end_step(view, 0.1, 20)
-    assert policy.table.stats[key][4] == 0  # one decode step of two: no reward yet
+    assert policy.table.stats[key][STOP].n == 0  # one decode step of two: no reward yet
     policy.end_step(view, 0.1, 20)
     reward = (20 + 20 + 20) / (0.02 + 0.1 + 0.1)
-    assert policy.table.stats[key][5] == pytest.approx(reward)  # a STOP (new state)
+    assert policy.table.stats[key][STOP].mean == pytest.approx(reward)
     assert policy.reward_scale == pytest.approx(200.0)  # decode steps only
 
 
 def decision_state_for(bins: tuple[int, int, int]) -> DecisionState:
     """A DecisionState whose bins are `bins` (each value is the smallest of its bin)."""
     values = [0 if b == 0 else 1 << (b - 1) for b in bins]
-    return DecisionState(values[0], values[1], values[2], 0, False)
+    return DecisionState(values[0], values[1], values[2], 0, False, depth=values[1])
 
 
-def test_ucb_explores_the_less_tried_action() -> None:
-    table = BanditTable(exploration=1.0)
-    key = (0, 0, 0)
-    for _ in range(50):
-        table.pull(key, STOP)
-        table.update(key, STOP, 1.0)
-    table.pull(key, ADD)
-    table.update(key, ADD, 0.9)  # slightly worse, tried once: the bonus favours trying again
-    assert table.choose(key, scale=1.0) == ADD
+def test_budget_grows_with_rewards_and_is_spent_on_exploration() -> None:
+    """An untried STOP in a batch of B is charged 1/(B+1): the most one request left out
+    can cost a step's throughput."""
+    policy = FeatherPolicy(alpha=0.1, initial_budget=0.3)
+    key = (3, 7, 4)  # batch 4: an untried STOP costs 0.2
+    assert policy.decide(decision_state_for(key)) == STOP
+    assert policy.budget == pytest.approx(0.1) and policy.explorations == 1
+    assert policy.decide(decision_state_for(key)) == ADD  # 0.1 left: not enough
+    for _ in range(8):
+        policy.end_step(None, 0.1, 20)  # rewards at the best throughput seen
+    assert policy.budget == pytest.approx(0.3)  # alpha of each of the two rewards
 
 
 def test_starvation_guard_bounds_waiting() -> None:
@@ -195,7 +242,7 @@ def test_state_round_trip_and_errors(tmp_path: Path) -> None:
         FeatherPolicy(policy_state=bad)
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"policy": "lpm", "version": 1}))
-    with pytest.raises(ValueError, match="not a version-3 'feather' policy state"):
+    with pytest.raises(ValueError, match="not a version-4 'feather' policy state"):
         FeatherPolicy(policy_state=other)
 
 
@@ -204,3 +251,45 @@ def test_options_are_validated() -> None:
         FeatherPolicy(horizon=0)
     with pytest.raises(ValueError, match="max_wait_s"):
         FeatherPolicy(max_wait_s=0)
+    with pytest.raises(ValueError, match="alpha"):
+        FeatherPolicy(alpha=1.0)
+    with pytest.raises(ValueError, match="initial_budget"):
+        FeatherPolicy(initial_budget=-1)
+
+
+def test_precision_weighted_prior_and_data() -> None:
+    assert combine((0.0, math.inf), (0.3, 0.1)) == (0.3, 0.1)  # no data: the prior
+    assert combine((0.2, 0.1), None) == (0.2, 0.1)
+    gain, se = combine((0.0, 0.1), (0.4, 0.1))  # equal precision: the midpoint
+    assert gain == pytest.approx(0.2) and se == pytest.approx(0.1 / math.sqrt(2))
+    gain, _ = combine((0.0, 0.01), (0.4, 1.0))  # precise data outweighs a vague prior
+    assert gain == pytest.approx(0.0, abs=1e-3)
+
+
+def test_model_prior_decides_the_first_admissions_of_a_burst() -> None:
+    """Two long-prefix groups arriving at once: with the hardware's cost model the very
+    first decision keeps the batch homogeneous; without one, the table starts from ADD."""
+    reqs = LongPrefixWorkload(
+        num_prefixes=2, prefix_len=8000, requests_per_prefix=100, output_len=30
+    ).generate(0)
+    cfg = EngineConfig(max_num_seqs=256)
+    informed = FeatherPolicy(hardware="h100", model="llama-3-8b")
+    result = simulate(reqs, informed, COST, cfg)
+    assert informed.stops >= 1 and result.steps["groups"].max() == 1
+    plain = simulate(reqs, make_policy("fcfs"), COST, cfg)
+    assert result.output_tok_s > 1.3 * plain.output_tok_s
+
+
+def test_model_prior_adds_where_batching_pays() -> None:
+    """On an overhead-bound engine (the tiny CPU model) a bigger batch always pays: the
+    prior never STOPs, so the batch is what the engine's own order gives."""
+    reqs = LongPrefixWorkload(
+        num_prefixes=4, prefix_len=512, requests_per_prefix=16, output_len=16, vocab_size=512
+    ).generate(0)
+    cost = StepCostModel("cpu", "tiny-llama")
+    policy = FeatherPolicy(hardware="cpu", model="tiny-llama", initial_budget=0.0)
+    cfg = EngineConfig(max_num_seqs=64, block_size=32, index_chunk_size=32)
+    simulate(reqs, policy, cost, cfg)
+    assert policy.decisions > 0 and policy.stops == 0
+    with pytest.raises(ValueError, match="both or neither"):
+        FeatherPolicy(hardware="h100")

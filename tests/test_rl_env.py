@@ -14,9 +14,8 @@ gym = pytest.importorskip("gymnasium", reason="FeatherEnv needs gymnasium (dev/r
 from gymnasium.utils.env_checker import check_env  # noqa: E402
 
 from feather_sched.policies.bandit import ADD, STOP  # noqa: E402
-from feather_sched.policies.feather import FeatherPolicy  # noqa: E402
 from feather_sched.rl.env import FeatherEnv, baseline_throughput  # noqa: E402
-from feather_sched.rl.observation import OBS_DIM  # noqa: E402
+from feather_sched.rl.observation import OBS_DIM, DelegatedFeather  # noqa: E402
 from feather_sched.sim.config import EngineConfig  # noqa: E402
 from feather_sched.sim.engine import simulate  # noqa: E402
 from feather_sched.workloads import LongPrefixWorkload, NoSharingWorkload  # noqa: E402
@@ -110,17 +109,18 @@ def test_actions_change_the_run_and_every_request_finishes() -> None:
     env.close()
 
 
-def test_decision_points_are_feathers() -> None:
-    """The env asks exactly where FeatherPolicy asks: an all-STOP agent reproduces a
-    FeatherPolicy whose table says STOP everywhere, decision for decision."""
+def test_decision_points_are_the_delegated_policys() -> None:
+    """The env asks exactly where a DelegatedFeather asks: an all-STOP agent reproduces a
+    policy that answers STOP everywhere, decision for decision."""
     env = FeatherEnv(SMALL)
     _, rewards, info = _play(env, STOP, seed=5)
     requests = SMALL.generate(env.episode_info["episode_seed"])
-    policy = FeatherPolicy(learn=False)
-    for b in range(10):
-        for lost in range(9):
-            for g in range(9):
-                policy.table.stats[(b, lost, g)] = [1, 1, 0.0, 1, 1, 1.0]
+
+    class AllStop(DelegatedFeather):
+        def choose(self, observation: np.ndarray) -> int:
+            return STOP
+
+    policy = AllStop()
     result = simulate(requests, policy, env.cost, env.engine)
     assert policy.decisions == len(rewards)  # one env step per bandit decision
     assert result.output_tok_s == pytest.approx(info["output_tok_s"])

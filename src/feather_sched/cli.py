@@ -56,8 +56,9 @@ def bench(
     hardware: str = typer.Option("h100", help="Hardware profile name or JSON file."),
     model: str | None = typer.Option(
         None,
-        help="Model profile name or JSON file (sim; default llama-3-8b), or a Hugging Face "
-        "model directory (--engine vllm; default: a tiny random-weight Llama built locally).",
+        help="Model profile name or JSON file (sim; default llama-3-8b). --engine vllm: a "
+        "random-weight Llama built locally, tiny-llama (default) or kv-bound (KV-read-bound "
+        "decode, its own workloads: paper-32g, paper-4g, no-sharing), or a model directory.",
     ),
     kernel: str = typer.Option("paged", help="Attention kernel: paged or ideal."),
     seed: int = typer.Option(0, help="Workload seed."),
@@ -206,7 +207,6 @@ def _bench_vllm(
     from feather_sched.bench.machine import machine_info
     from feather_sched.bench.report import plot_results, results_table
     from feather_sched.bench.vllm_engine import (
-        DEFAULT_WORKLOADS,
         KvScenario,
         VllmBenchSpec,
         run_vllm_bench,
@@ -216,11 +216,11 @@ def _bench_vllm(
     names = [w.strip() for item in (workload or []) for w in item.split(",") if w.strip()]
     default_policies = ["grouped", *(["feather"] if "feather" in policy_names() else [])]
     chosen = [p.strip() for p in (policies or "").split(",") if p.strip()] or default_policies
-    scenarios = VllmBenchSpec.scenarios
+    scenarios = None
     if num_kv_blocks is not None:
         scenarios = (KvScenario(f"kv-{num_kv_blocks}-blocks", num_kv_blocks),)
     spec = VllmBenchSpec(
-        workloads=names or DEFAULT_WORKLOADS,
+        workloads=names or None,
         policies=chosen,
         model=model,
         scenarios=scenarios,
@@ -258,10 +258,12 @@ def _bench_vllm(
 def calibrate(
     engine: str = typer.Option("vllm", help="Engine to measure (vllm)."),
     model: str | None = typer.Option(
-        None, help="Hugging Face model directory (default: the tiny random-weight Llama)."
+        None,
+        help="tiny-llama (default) or kv-bound (random-weight Llamas built locally), or a "
+        "Hugging Face model directory.",
     ),
     model_profile: str | None = typer.Option(
-        None, help="Model profile (name or JSON) of --model, for the cost model (tiny-llama)."
+        None, help="Model profile (name or JSON) of a --model directory, for the cost model."
     ),
     base_hardware: str = typer.Option(
         "cpu", help="Hardware profile whose peak figures the fit starts from."

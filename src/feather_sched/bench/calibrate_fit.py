@@ -7,7 +7,7 @@ Input: samples of (BatchShape, measured seconds). Output: the profile with
 Method (numpy only): the step model is `max(compute, memory) + overhead + per_seq * seqs`.
 For fixed efficiencies and cache parameters the max() term is a known per-sample value, and
 the two overheads enter linearly, so they come from a weighted least-squares solve (weights
-1/t, i.e. relative error; clipped at 0). The four non-linear parameters are searched on a log
+1/t, i.e. relative error; clipped at 0). The five non-linear parameters are searched on a log
 grid, then refined by a finer grid around the best point. Cheap: a few thousand candidate
 profiles times the samples.
 """
@@ -86,13 +86,15 @@ def fit_profile(
     fl = np.geomspace(0.002, 1.0, grid)
     ce = np.array([0.0, 0.05, 0.2, 0.5, 1.0])
     rx = np.array([0.5, 1.0, 2.0, 4.0])
+    hit = np.array([0.0, 0.1, 0.2, 0.35, 0.5, 1.0])
     best: tuple[float, HardwareProfile] | None = None
-    for b, f, c, r in itertools.product(bw, fl, ce, rx):
+    for b, f, c, r, h in itertools.product(bw, fl, ce, rx, hit):
         cand = base.replace(
             bandwidth_efficiency=float(b),
             compute_efficiency=float(f),
             cache_efficiency=float(c),
             reuse_exponent=float(r),
+            cache_read_cost=float(h),
         )
         score = _evaluate(cand, model, shapes, seqs, t)
         if best is None or score[0] < best[0]:

@@ -66,6 +66,7 @@ DEFAULT_POLICIES = [
     "random",
     "max-homogeneous",
     "feather",
+    "feather-paper",
     "feather-ppo",
     "oracle",
 ]
@@ -86,6 +87,15 @@ class BenchSpec:
     policy_state: Path | None = None
     """The `feather` bandit's table: loaded before the runs if the file exists (warm start),
     saved after them; one bandit then learns across all workloads, as a deployment would."""
+    feather_hardware: str | None = None
+    """Hardware profile `feather` takes as its step-cost prior: None, the bench's own (a
+    calibrated deployment); "none", no prior; any other, a mismatched model."""
+
+    def feather_options(self) -> dict:
+        hw = self.feather_hardware or self.hardware
+        if hw == "none":
+            return {}
+        return {"hardware": hw, "model": self.model, "kernel": self.kernel}
 
     def validate(self) -> None:
         known = {*policy_names(), "oracle"}
@@ -134,7 +144,9 @@ def run_bench(
     shared_feather = None
     if spec.policy_state is not None and "feather" in spec.policies:
         warm = spec.policy_state.is_file()
-        shared_feather = FeatherPolicy(policy_state=spec.policy_state if warm else None)
+        shared_feather = FeatherPolicy(
+            policy_state=spec.policy_state if warm else None, **spec.feather_options()
+        )
     for wname in spec.workloads:
         requests = build_workload(wname).generate(spec.seed)
         engine = spec.engine_for(wname)
@@ -148,8 +160,11 @@ def run_bench(
                     on_run=lambda cap, _r, label=label: tick(f"{label} (cap {cap})"),
                 )
             else:
-                policy = shared_feather if pname == "feather" and shared_feather else None
-                result = simulate(requests, policy or make_policy(pname), cost, engine)
+                if pname == "feather":
+                    policy = shared_feather or make_policy(pname, **spec.feather_options())
+                else:
+                    policy = make_policy(pname)
+                result = simulate(requests, policy, cost, engine)
                 tick(label)
             row = {"workload": wname, "max_num_seqs": engine.max_num_seqs, **result.summary()}
             rows.append(row)

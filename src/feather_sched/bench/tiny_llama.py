@@ -1,9 +1,15 @@
-"""A tiny random-weight Llama, written to disk at run time, for the real-engine tests and bench.
+"""Small random-weight Llamas, written to disk at run time, for the real-engine tests and bench.
 
 No download: the weights come from `LlamaForCausalLM(config)` with a fixed torch seed, and the
 tokenizer is a word-level vocabulary ("t0" .. "t{n-1}") built with `tokenizers`, so that
-`vllm serve DIR` works too. The shape is the `tiny-llama` model profile in
-`sim/cost/profiles/models.json`; `TINY_LLAMA` must stay in sync with it (a test checks).
+`vllm serve DIR` works too. Two shapes, each the model profile of the same name in
+`sim/cost/profiles/models.json` (a test keeps them in sync):
+
+- `tiny-llama`: the test model; steps are dominated by fixed per-step overhead.
+- `kv-bound`: 4 KiB of KV per token per layer (8 KV heads x 64 x float32), so a 2,000-token
+  prefix is 8 MiB per layer and a few distinct prefixes overflow a CPU's last-level cache:
+  decode steps are dominated by KV reads, and a prefix-homogeneous batch decodes faster than
+  a mixed one on vLLM's own CPU attention kernel (the paper's effect; benchmarks/vllm-kv-bound.md).
 Needs torch, transformers and tokenizers (all installed with the `vllm` extra).
 """
 
@@ -13,7 +19,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["TINY_LLAMA", "TinyLlamaSpec", "build_tiny_llama"]
+__all__ = ["ENGINE_MODELS", "KV_BOUND", "TINY_LLAMA", "TinyLlamaSpec", "build_tiny_llama"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,15 @@ class TinyLlamaSpec:
 
 
 TINY_LLAMA = TinyLlamaSpec()
+KV_BOUND = TinyLlamaSpec(
+    hidden_size=512,
+    num_heads=8,
+    num_kv_heads=8,
+    intermediate_size=512,
+    max_position_embeddings=8192,
+)
+ENGINE_MODELS: dict[str, TinyLlamaSpec] = {"tiny-llama": TINY_LLAMA, "kv-bound": KV_BOUND}
+"""Built-in engine models by name (`feather bench/calibrate --engine vllm --model NAME`)."""
 _STAMP = "feather-tiny-llama.json"
 
 
@@ -66,12 +81,12 @@ def build_tiny_llama(path: str | Path, spec: TinyLlamaSpec = TINY_LLAMA) -> Path
     torch.manual_seed(spec.seed)
     model = LlamaForCausalLM(config).to(getattr(torch, spec.dtype))
     model.save_pretrained(out, safe_serialization=True)
-    _write_tokenizer(out, spec.vocab_size)
+    _write_tokenizer(out, spec.vocab_size, spec.max_position_embeddings)
     stamp.write_text(json.dumps(asdict(spec)))
     return out
 
 
-def _write_tokenizer(out: Path, vocab_size: int) -> None:
+def _write_tokenizer(out: Path, vocab_size: int, max_length: int) -> None:
     """Word-level tokenizer: token id i <-> word "t{i}"; ids 0-2 are pad/bos/eos."""
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
@@ -90,6 +105,6 @@ def _write_tokenizer(out: Path, vocab_size: int) -> None:
         bos_token="<s>",
         eos_token="</s>",
         unk_token="<unk>",
-        model_max_length=TINY_LLAMA.max_position_embeddings,
+        model_max_length=max_length,
     )
     fast.save_pretrained(out)

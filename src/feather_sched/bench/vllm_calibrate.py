@@ -21,6 +21,7 @@ The same command runs on a GPU (pass --model and a GPU base profile).
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +34,7 @@ import numpy as np
 from feather_sched.bench.calibrate_fit import fit_profile, mape, predict
 from feather_sched.bench.vllm_engine import (
     BASELINE,
+    ENGINE_SCALES,
     KvScenario,
     VllmBenchSpec,
     engine_env_defaults,
@@ -68,26 +70,85 @@ class Composition:
     late: int = 0
     """Requests held back and added one per step once the others decode: mixed steps
     (decodes plus one prefill), the shape of most steps of a busy server."""
+    grouped: bool = False
+    """Requests of one prefix adjacent in the batch (as prefix-grouped admission leaves
+    them) instead of interleaved round-robin (as a shuffled queue leaves them): a kernel
+    that walks the batch in order re-reads a prefix while it is still in cache."""
 
     @property
     def label(self) -> str:
         late = f"-L{self.late}" if self.late else ""
-        return f"B{self.batch}-G{self.prefixes}-P{self.prefix_len}-S{self.suffix_len}{late}"
+        order = "-grouped" if self.grouped and self.prefixes > 1 else ""
+        return f"B{self.batch}-G{self.prefixes}-P{self.prefix_len}-S{self.suffix_len}{late}{order}"
+
+    def prefix_of(self, i: int) -> int:
+        """Which prefix request i carries."""
+        return i * self.prefixes // self.batch if self.grouped else i % self.prefixes
 
 
-def default_compositions(quick: bool = False) -> list[Composition]:
-    """A grid over batch size, prefix groups (1, a few, all distinct) and lengths."""
-    batches = (1, 4, 16) if quick else (1, 4, 16, 32, 64)
-    prefix_lens = (128, 512) if quick else (128, 512, 896)
-    suffix_lens = (16,) if quick else (16, 64)
+@dataclass(frozen=True)
+class Grid:
+    """A model's composition grid: batch sizes, distinct-prefix counts, prompt lengths.
+    `group_counts` None means {1, batch // 8, batch} (one, a few, all distinct)."""
+
+    batches: tuple[int, ...]
+    prefix_lens: tuple[int, ...]
+    suffix_lens: tuple[int, ...]
+    group_counts: tuple[int, ...] | None = None
+    late: bool = True
+    """Also each batch >= 16 with arrivals during decode (mixed steps)."""
+    grouped_counts: tuple[int, ...] = ()
+    """Prefix counts also measured with each prefix's requests adjacent (longest prefix)."""
+    extra: tuple[tuple[int, int, bool], ...] = ()
+    """(batch, prefixes, grouped) at the longest prefix only: a few large batches."""
+
+    def groups(self, batch: int) -> list[int]:
+        if self.group_counts is None:
+            return sorted({1, max(1, batch // 8), batch})
+        return [g for g in self.group_counts if g <= batch]
+
+
+GRIDS: dict[str, Grid] = {
+    "tiny-llama": Grid((1, 4, 16, 32, 64), (128, 512, 896), (16, 64)),
+    # Locality: 1 to 32 distinct 2,048-token prefixes (8 MiB of KV per layer each, against a
+    # 32 MiB L3), batches 8-64, and 512-token prefixes that fit the cache however mixed.
+    # The bench's FCFS batches (256 requests of 32 prefixes) are larger still: a few of
+    # those at the longest prefix, where the cache-reuse term is decided.
+    "kv-bound": Grid(
+        (8, 16, 32, 64),
+        (512, 2048),
+        (16,),
+        (1, 2, 4, 8, 16, 32),
+        late=False,
+        grouped_counts=(4, 16),
+        extra=((128, 8, False), (128, 32, False), (256, 32, False), (256, 32, True)),
+    ),
+}
+QUICK_GRID = Grid((1, 4, 16), (128, 512), (16,))
+
+
+def default_compositions(
+    quick: bool = False, grid: Grid = GRIDS["tiny-llama"]
+) -> list[Composition]:
+    """The grid's compositions, each batch with its prefix counts and lengths."""
+    grid = QUICK_GRID if quick else grid
+    steps = 8 if quick else 16
     out = []
-    for b in batches:
-        for g in sorted({1, max(1, b // 8), b}):
-            for p in prefix_lens:
-                for s in suffix_lens:
-                    out.append(Composition(b, g, p, s, 8 if quick else 16))
-                if b >= 16:  # and the same batch with arrivals during decode
-                    out.append(Composition(b, g, p, suffix_lens[0], 8 if quick else 16, late=4))
+    for b in grid.batches:
+        for g in grid.groups(b):
+            for p in grid.prefix_lens:
+                for s in grid.suffix_lens:
+                    out.append(Composition(b, g, p, s, steps))
+                if grid.late and b >= 16:  # and the same batch with arrivals during decode
+                    out.append(Composition(b, g, p, grid.suffix_lens[0], steps, late=4))
+            if g in grid.grouped_counts:
+                out.append(
+                    Composition(
+                        b, g, max(grid.prefix_lens), grid.suffix_lens[0], steps, grouped=True
+                    )
+                )
+    longest, suffix = max(grid.prefix_lens), grid.suffix_lens[0]
+    out += [Composition(b, g, longest, suffix, steps, grouped=o) for b, g, o in grid.extra]
     return out
 
 
@@ -106,19 +167,22 @@ class CalibrateSpec:
     model: str | None = None
     base_hardware: str = "cpu"
     model_profile: str | None = None
-    """Model profile (name or JSON) for the cost model; None: tiny-llama, for the tiny model."""
+    """Model profile (name or JSON) for the cost model; None: the built-in model's own."""
     block_size: int = 32
-    max_model_len: int = 1024
+    max_model_len: int | None = None
+    """None: the model scale's (`vllm_engine.ENGINE_SCALES`)."""
     max_num_batched_tokens: int = 4096
-    kv_blocks: int = 4096
+    kv_blocks: int | None = None
+    """KV blocks of the grid's engine; None: the scale's largest scenario."""
     holdout_every: int = 4
     repeats: int = 5
     """Passes over the composition grid; each sample's time is the median over passes."""
     quick: bool = False
     seed: int = 0
-    compare_workloads: Sequence[str] = ("shared-prefix", "no-sharing")
-    compare_policies: Sequence[str] = ("grouped",)
-    compare_scenarios: Sequence[KvScenario] = VllmBenchSpec.scenarios
+    compare_workloads: Sequence[str] | None = None
+    """None: the scale's default workloads."""
+    compare_policies: Sequence[str] = ("grouped", "feather")
+    compare_scenarios: Sequence[KvScenario] | None = None
     compare_repeats: int = 3
     bench_rows: list[dict[str, Any]] | None = field(default=None, compare=False)
     """Real-engine rows from `feather bench --engine vllm` to compare with (None: run them)."""
@@ -152,11 +216,19 @@ def measure(llm, comp: Composition, vocab: int, seed: int) -> list[Sample]:
     engine = llm.llm_engine
     llm.reset_prefix_cache()
     prefixes = [rng.integers(4, vocab, comp.prefix_len) for _ in range(comp.prefixes)]
+    # The first requests decode while later ones still prefill (chunked, one token budget a
+    # step): give every request enough tokens to outlast the prefill, so `decode_steps` steps
+    # of the whole batch decoding together follow it.
+    budget = llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+    prefill = comp.prefixes * comp.prefix_len + comp.batch * comp.suffix_len
     params = SamplingParams(
-        max_tokens=comp.decode_steps + 1, ignore_eos=True, temperature=0.0, detokenize=False
+        max_tokens=comp.decode_steps + 1 + math.ceil(prefill / budget),
+        ignore_eos=True,
+        temperature=0.0,
+        detokenize=False,
     )
     prompts = [
-        np.concatenate([prefixes[i % comp.prefixes], rng.integers(4, vocab, comp.suffix_len)])
+        np.concatenate([prefixes[comp.prefix_of(i)], rng.integers(4, vocab, comp.suffix_len)])
         for i in range(comp.batch)
     ]
     late = prompts[comp.batch - comp.late :]
@@ -243,10 +315,13 @@ def run_calibration(
         repeats=1,
         seed=spec.seed,
     )
+    bench_spec.validate()
+    bench_spec = bench_spec.resolved()
+    builtin = spec.model is None or spec.model in ENGINE_SCALES
+    if spec.model_profile is None and not builtin:
+        raise ValueError("--model DIR needs --model-profile (a model profile name or JSON file)")
+    model = load_model_profile(spec.model_profile or spec.model or "tiny-llama")
     path, dtype, vocab = model_dir(bench_spec, cache)
-    if spec.model_profile is None and spec.model is not None:
-        raise ValueError("--model needs --model-profile (a model profile name or JSON file)")
-    model = load_model_profile(spec.model_profile or "tiny-llama")
     samples, runs = _measure(spec, bench_spec, path, dtype, vocab, tick)
     train, held = split(samples, spec.holdout_every)
     tick(f"fitting {len(train)} samples")
@@ -297,8 +372,10 @@ def _measure(
     of the real bench runs, so both see the same load: on a shared machine the speed of the
     same step drifts by tens of percent over minutes. Returns (samples, real-run rows with
     their step shapes); all engines stay alive to the end (see `open_engines`)."""
-    cal = make_llm(bench_spec, path, dtype, spec.kv_blocks, feather=False)
-    comps = default_compositions(spec.quick)
+    blocks = spec.kv_blocks or max(sc.num_blocks for sc in bench_spec.scenarios)
+    cal = make_llm(bench_spec, path, dtype, blocks, feather=False)
+    grid = GRIDS.get(spec.model or "tiny-llama", GRIDS["tiny-llama"])
+    comps = default_compositions(spec.quick, grid)
     measure(cal, Composition(4, 1, 64, 16, 4), vocab, spec.seed)  # warm-up, discarded
     passes: list[list[Sample]] = []
 
@@ -312,7 +389,9 @@ def _measure(
     rows: list[dict[str, Any]] = []
     alive = [cal]  # no engine may be collected while another still runs
     if spec.bench_rows is None:
-        workloads = {w: engine_workload(w, vocab, spec.seed) for w in bench_spec.workloads}
+        workloads = {
+            w: engine_workload(w, vocab, spec.seed, bench_spec.scale) for w in bench_spec.workloads
+        }
         for scenario in bench_spec.scenarios:
             engines = open_engines(bench_spec, scenario, path, dtype, vocab)
             alive.append(engines)
@@ -397,7 +476,7 @@ def compare_end_to_end(
             num_kv_blocks=int(row["kv_blocks"]),
             index_chunk_size=bench_spec.block_size,
         )
-        requests = engine_workload(wname, vocab, bench_spec.seed)
+        requests = engine_workload(wname, vocab, bench_spec.seed, bench_spec.scale)
         policy = "fcfs" if row["policy"] == BASELINE else row["policy"]
         sim = simulate(requests, make_policy(policy), cost, config).summary()
         real = float(row["output_tok_s"])

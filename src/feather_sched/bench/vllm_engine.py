@@ -3,8 +3,10 @@
 vLLM's own scheduler (`vllm`, FCFS: the baseline, reported as `vs_fcfs` = 1) against each
 requested policy hosted by `FeatherScheduler`, in two KV regimes: under KV-cache pressure (a
 few blocks: a mixed batch of prefixes does not fit, a homogeneous one does) and without. The
-workloads are the simulator's generators scaled to the tiny random-weight Llama (prompts fit
-`max_model_len`, token ids < vocab); `--model PATH` runs a real HF model dir instead.
+workloads are the simulator's generators scaled to a built-in random-weight Llama (`--model
+tiny-llama`, the default, or `kv-bound`, whose decode steps are dominated by KV reads; see
+`ENGINE_SCALES`: prompts fit `max_model_len`, token ids < vocab); `--model PATH` runs a real HF
+model dir on tiny-llama's workloads instead.
 
 Timing is wall clock on an in-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0): requests are
 added at their arrival times and the engine is stepped until all finish; TTFT is measured at
@@ -17,6 +19,7 @@ rows report the median run (every run's throughput is kept in `output_tok_s_runs
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import math
@@ -38,23 +41,6 @@ from feather_sched.workloads import make_workload
 BASELINE = "vllm"
 """Row name of vLLM's own scheduler (FCFS), the baseline of `vs_fcfs`."""
 
-# The simulator suite's shapes, scaled to the tiny model (max_model_len 1024, vocab 512).
-TINY_WORKLOADS: dict[str, dict[str, Any]] = {
-    # 8 system prompts x 16 questions; 512-token prefixes, 32-token questions.
-    "shared-prefix": dict(
-        num_groups=8, prompts_per_group=16, system_prompt_len=512, question_len=32, output_len=64
-    ),
-    # Same prompt and output lengths, nothing shared: the control case.
-    "no-sharing": dict(num_requests=128, prompt_len=544, output_len=64),
-    "long-prefix": dict(
-        num_prefixes=4, prefix_len=768, requests_per_prefix=32, suffix_len=16, output_len=32
-    ),
-    "document-qa": dict(
-        num_documents=8, document_len=512, questions_per_document=16, question_len=32, output_len=64
-    ),
-}
-DEFAULT_WORKLOADS = ("shared-prefix", "no-sharing")
-
 
 @dataclass(frozen=True)
 class KvScenario:
@@ -63,17 +49,118 @@ class KvScenario:
 
 
 @dataclass(frozen=True)
+class EngineScale:
+    """Bench settings sized for one built-in engine model: its workloads (generator name and
+    settings), the default ones, the KV scenarios and the context length they need."""
+
+    workloads: dict[str, tuple[str, dict[str, Any]]]
+    default_workloads: tuple[str, ...]
+    scenarios: tuple[KvScenario, ...]
+    max_model_len: int
+
+
+# The simulator suite's shapes, scaled to the tiny model (max_model_len 1024, vocab 512).
+_TINY = EngineScale(
+    workloads={
+        # 8 system prompts x 16 questions; 512-token prefixes, 32-token questions.
+        "shared-prefix": (
+            "shared-prefix",
+            dict(
+                num_groups=8,
+                prompts_per_group=16,
+                system_prompt_len=512,
+                question_len=32,
+                output_len=64,
+            ),
+        ),
+        # Same prompt and output lengths, nothing shared: the control case.
+        "no-sharing": ("no-sharing", dict(num_requests=128, prompt_len=544, output_len=64)),
+        "long-prefix": (
+            "long-prefix",
+            dict(
+                num_prefixes=4,
+                prefix_len=768,
+                requests_per_prefix=32,
+                suffix_len=16,
+                output_len=32,
+            ),
+        ),
+        "document-qa": (
+            "document-qa",
+            dict(
+                num_documents=8,
+                document_len=512,
+                questions_per_document=16,
+                question_len=32,
+                output_len=64,
+            ),
+        ),
+    },
+    default_workloads=("shared-prefix", "no-sharing"),
+    # kv-pressure: 96 blocks of 32 tokens hold ~5 requests of distinct prefixes, or a
+    # group of 16 sharing one.
+    scenarios=(KvScenario("kv-pressure", 96), KvScenario("no-pressure", 4096)),
+    max_model_len=1024,
+)
+
+
+def _paper_scale(groups: int) -> tuple[str, dict[str, Any]]:
+    """The paper's scenario at engine scale: `groups` 2,048-token prefixes (8 MiB of KV per
+    layer each on kv-bound), 256 requests in all, 16-token suffixes, 128 output tokens (so
+    decoding, not the ~25 s of prefill a CPU needs for 32 prefixes, is most of a run),
+    shuffled, all arriving at once."""
+    return (
+        "long-prefix",
+        dict(
+            num_prefixes=groups,
+            requests_per_prefix=256 // groups,
+            prefix_len=2048,
+            suffix_len=16,
+            output_len=128,
+        ),
+    )
+
+
+# The KV-bound model: decode reads dominate, so the batch's prefix mix sets the step time.
+_KV_BOUND = EngineScale(
+    workloads={
+        "paper-4g": _paper_scale(4),
+        "paper-32g": _paper_scale(32),
+        # Same prompt and output lengths, nothing shared (32 requests keep its prefill, the
+        # slowest part on a CPU at ~2,800 tokens/s, to ~25 s).
+        "no-sharing": ("no-sharing", dict(num_requests=32, prompt_len=2064, output_len=64)),
+    },
+    default_workloads=("paper-32g", "paper-4g", "no-sharing"),
+    # kv-pressure: 640 blocks hold ~9 requests of distinct prefixes (67 blocks each) or ~7
+    # whole groups of 8 (88 blocks a group); no-pressure holds every workload whole.
+    scenarios=(KvScenario("kv-pressure", 640), KvScenario("no-pressure", 8192)),
+    max_model_len=4096,
+)
+
+ENGINE_SCALES: dict[str, EngineScale] = {"tiny-llama": _TINY, "kv-bound": _KV_BOUND}
+"""Bench settings per built-in engine model (`--model NAME`); a model directory uses tiny's."""
+TINY_WORKLOADS = {name: kw for name, (_, kw) in _TINY.workloads.items()}
+DEFAULT_WORKLOADS = _TINY.default_workloads
+
+
+def engine_scale(model: str | None) -> EngineScale:
+    """The scale of a built-in model name; a model directory (or None) gets tiny-llama's."""
+    return ENGINE_SCALES.get(model or "tiny-llama", _TINY)
+
+
+@dataclass(frozen=True)
 class VllmBenchSpec:
-    workloads: Sequence[str] = DEFAULT_WORKLOADS
+    workloads: Sequence[str] | None = None
+    """None: the model scale's default workloads."""
     policies: Sequence[str] = ("grouped",)
     model: str | None = None
-    """HF model directory; None builds the tiny random-weight Llama."""
-    scenarios: Sequence[KvScenario] = (
-        KvScenario("kv-pressure", 96),
-        KvScenario("no-pressure", 4096),
-    )
+    """A built-in engine model (`ENGINE_SCALES`: tiny-llama, kv-bound), built at run time, or
+    an HF model directory; None is tiny-llama."""
+    scenarios: Sequence[KvScenario] | None = None
+    """None: the model scale's KV scenarios."""
     block_size: int = 32
-    max_model_len: int = 1024
+    max_model_len: int | None = None
+    """None: the model scale's context length."""
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 4096
     repeats: int = 3
@@ -87,6 +174,20 @@ class VllmBenchSpec:
     """The `feather` bandit's table: loaded before each feather run if the file exists and
     saved after it, so the bandit learns across runs and scenarios as a deployment would."""
 
+    @property
+    def scale(self) -> EngineScale:
+        return engine_scale(self.model)
+
+    def resolved(self) -> VllmBenchSpec:
+        """This spec with every None filled from the model's scale."""
+        scale = self.scale
+        return dataclasses.replace(
+            self,
+            workloads=tuple(self.workloads or scale.default_workloads),
+            scenarios=tuple(self.scenarios or scale.scenarios),
+            max_model_len=self.max_model_len or scale.max_model_len,
+        )
+
     def validate(self) -> None:
         from feather_sched.policies.registry import policy_names
 
@@ -95,19 +196,29 @@ class VllmBenchSpec:
             raise ValueError(
                 f"unknown policies {bad} for --engine vllm; valid: {', '.join(policy_names())}"
             )
-        unknown = [w for w in self.workloads if w not in TINY_WORKLOADS]
+        known = self.scale.workloads
+        unknown = [w for w in self.workloads or () if w not in known]
         if unknown:
             raise ValueError(
-                f"workloads {unknown} have no engine-sized settings; valid: "
-                f"{', '.join(TINY_WORKLOADS)}"
+                f"workloads {unknown} have no engine-sized settings for model "
+                f"{self.model or 'tiny-llama'!r}; valid: {', '.join(known)}"
             )
-        if self.repeats < 1 or not self.scenarios:
+        custom = self.model is not None and self.model not in ENGINE_SCALES
+        if custom and not (Path(str(self.model)) / "config.json").is_file():
+            raise ValueError(
+                f"--model {self.model!r} is neither a built-in engine model "
+                f"({', '.join(ENGINE_SCALES)}) nor a model directory with a config.json"
+            )
+        if self.repeats < 1 or self.scenarios == ():
             raise ValueError("need repeats >= 1 and at least one KV scenario")
 
 
-def engine_workload(name: str, vocab_size: int, seed: int) -> list[Request]:
+def engine_workload(
+    name: str, vocab_size: int, seed: int, scale: EngineScale = _TINY
+) -> list[Request]:
     """A named workload at engine scale; ids 4.. only (0-3 are the tokenizer's specials)."""
-    requests = make_workload(name, **TINY_WORKLOADS[name], vocab_size=vocab_size).generate(seed)
+    base, settings = scale.workloads[name]
+    requests = make_workload(base, **settings, vocab_size=vocab_size).generate(seed)
     for r in requests:
         r.prompt = np.maximum(r.prompt, 4).astype(np.int32)
     return requests
@@ -156,15 +267,17 @@ def _env(**values: str) -> Iterator[None]:
 
 
 def model_dir(spec: VllmBenchSpec, cache: Path | None = None) -> tuple[str, str, int]:
-    """(model path, dtype, vocab size): the given HF dir, or the tiny Llama (built once)."""
-    if spec.model is not None:
-        config = json.loads((Path(spec.model) / "config.json").read_text())
-        return spec.model, spec.dtype, int(config["vocab_size"])
-    from feather_sched.bench.tiny_llama import TINY_LLAMA, build_tiny_llama
+    """(model path, dtype, vocab size): the given HF dir, or a built-in model (built once)."""
+    from feather_sched.bench.tiny_llama import ENGINE_MODELS, build_tiny_llama
 
+    name = spec.model or "tiny-llama"
+    if name not in ENGINE_MODELS:
+        config = json.loads((Path(name) / "config.json").read_text())
+        return name, spec.dtype, int(config["vocab_size"])
+    built = ENGINE_MODELS[name]
     root = cache or Path(os.environ.get("FEATHER_CACHE", Path.home() / ".cache" / "feather"))
-    path = build_tiny_llama(root / "tiny-llama")
-    return str(path), TINY_LLAMA.dtype, TINY_LLAMA.vocab_size
+    path = build_tiny_llama(root / name, built)
+    return str(path), built.dtype, built.vocab_size
 
 
 def make_llm(spec: VllmBenchSpec, path: str, dtype: str, num_blocks: int, feather: bool):
@@ -404,12 +517,13 @@ def run_vllm_bench(
 ) -> list[dict[str, Any]]:
     """Every (KV scenario, workload, policy), `repeats` times interleaved; median rows."""
     spec.validate()
+    spec = spec.resolved()
     engine_env_defaults()
     require_vllm()
     tick = on_progress or (lambda _label: None)
     with _env(VLLM_ENABLE_V1_MULTIPROCESSING="0"):
         path, dtype, vocab = model_dir(spec, cache)
-        workloads = {w: engine_workload(w, vocab, spec.seed) for w in spec.workloads}
+        workloads = {w: engine_workload(w, vocab, spec.seed, spec.scale) for w in spec.workloads}
         rows: list[dict[str, Any]] = []
         for scenario in spec.scenarios:
             rows += _run_scenario(spec, scenario, path, dtype, vocab, workloads, tick)

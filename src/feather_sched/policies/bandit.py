@@ -1,13 +1,29 @@
-"""The Feather bandit's table: ADD/STOP statistics per discrete state, UCB, and back-off.
+"""The Feather bandit's table: ADD/STOP statistics per discrete state, and a conservative
+choice between them.
 
 Kept apart from the policy (`feather.py`) so that the learning rule can be read, tested and
-reused on its own: the policy turns engine steps into rewards; this table turns rewards into
-choices.
+reused on its own: the policy turns engine steps into rewards and holds the exploration
+budget; this table turns rewards into choices.
+
+ADD is the status quo (what vLLM and SGLang do), STOP the alternative. The choice follows the
+conservative-bandit construction (Wu, Shariff, Lattimore, Szepesvari, "Conservative Bandits",
+ICML 2016): the baseline is played unless
+
+- STOP beats ADD with confidence: a one-sided Welch test on the two arms' reward means
+  (variances from Welford's running moments, so a noisy host widens the bound instead of
+  locking in one unlucky sample), or
+- STOP is still uncertain and the caller's exploration budget can pay for trying it.
+
+A caller with a step-cost model of its hardware may add a prior: the model's predicted gain
+of STOP over ADD with its standard error. Prior and data are two independent estimates of the
+same gain, combined by their precisions, so a model decides where the table knows nothing
+and the table's evidence overrides the model as it accumulates.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 ADD, STOP = 0, 1
 
@@ -18,89 +34,154 @@ def coarse_key(key: tuple[int, ...]) -> tuple[int, int]:
     return (group - batch, lost)
 
 
+@dataclass(slots=True)
+class Arm:
+    """One action's record in one state: pulls (decisions taken, rewards may be pending) and
+    the running mean and variance of the rewards received (Welford)."""
+
+    pulls: int = 0
+    n: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    def add(self, reward: float) -> None:
+        self.n += 1
+        delta = reward - self.mean
+        self.mean += delta / self.n
+        self.m2 += delta * (reward - self.mean)
+
+    def var(self) -> float:
+        """Sample variance; unknown (inf) below two rewards."""
+        return self.m2 / (self.n - 1) if self.n > 1 else math.inf
+
+    def to_list(self) -> list[float]:
+        return [self.pulls, self.n, self.mean, self.m2]
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    action: int
+    exploring: bool
+    """A STOP taken to learn (paid from the exploration budget), not because it is known
+    to win."""
+    cost: float = 0.0
+    """What the exploration is charged, in units of one decision's reward."""
+
+
+def combine(data: tuple[float, float], prior: tuple[float, float] | None) -> tuple[float, float]:
+    """Precision-weighted mean and standard error of two estimates (gain, se); an estimate
+    with an infinite error counts for nothing."""
+    if prior is None or math.isinf(prior[1]):
+        return data
+    if math.isinf(data[1]):
+        return prior
+    wd, wp = max(data[1], 1e-12) ** -2, max(prior[1], 1e-12) ** -2
+    return (wd * data[0] + wp * prior[0]) / (wd + wp), (wd + wp) ** -0.5
+
+
+MIN_REWARDS = 2
+"""Rewards an arm needs before its variance, and so the test, is defined."""
+
+
 class BanditTable:
-    """Per-state ADD/STOP statistics and the UCB choice between them, with back-off.
+    """Per-state ADD/STOP statistics with back-off and the conservative choice.
 
     Rewards arrive some steps after a decision, and one scheduling pass may ask many times
-    before any has arrived. So the table counts *pulls* when an action is chosen and averages
-    *rewards* (raw tokens/s) when they arrive, in the fine state and in its coarse state
-    (`coarse_key`). A fine state decides alone once both its actions have rewards; before
-    that its coarse state decides. A coarse state with no evidence tries STOP first and, until
-    an action tried there has its first reward, falls back to STOP: an ADD cannot be undone
-    (the request runs to completion in the batch, mixing its prefix into every step) while a
-    STOP costs a few steps of waiting at most.
+    before any has arrived; so pulls count at decision time and rewards (tokens/s, divided by
+    the caller's `scale` when compared) when they arrive, in the fine state and in its coarse
+    state (`coarse_key`). A fine state decides alone once both its arms have `MIN_REWARDS`;
+    before that its coarse state, shared by every batch size with the same group-to-batch
+    ratio, decides.
     """
 
-    def __init__(self, exploration: float = 0.05) -> None:
-        self.exploration = exploration
-        # key -> [pulls_add, rewards_add, mean_add, pulls_stop, rewards_stop, mean_stop];
-        # fine keys are (batch, lost, group) bins, coarse keys (group - batch, lost)
-        self.stats: dict[tuple[int, ...], list[float]] = {}
+    def __init__(self, confidence: float = 1.0) -> None:
+        if confidence < 0:
+            raise ValueError(f"confidence must be >= 0, got {confidence}")
+        self.confidence = confidence
+        self.stats: dict[tuple[int, ...], tuple[Arm, Arm]] = {}
 
-    def _row(self, key: tuple[int, ...]) -> list[float]:
+    def _row(self, key: tuple[int, ...]) -> tuple[Arm, Arm]:
         row = self.stats.get(key)
         if row is None:
-            row = self.stats[key] = [0, 0, 0.0, 0, 0, 0.0]
+            row = self.stats[key] = (Arm(), Arm())
         return row
 
-    def _deciding_key(self, key: tuple[int, ...]) -> tuple[int, ...]:
+    def arms(self, key: tuple[int, ...]) -> tuple[Arm, Arm]:
+        """The (ADD, STOP) arms that decide for `key`: its own, or its coarse state's."""
         row = self.stats.get(key)
-        if row is not None and row[1] and row[4]:
-            return key
-        return coarse_key(key)
+        if row is not None and min(row[ADD].n, row[STOP].n) >= MIN_REWARDS:
+            return row
+        return self.stats.get(coarse_key(key)) or (Arm(), Arm())
 
-    def choose(self, key: tuple[int, ...], scale: float) -> int:
-        pulls_add, n_add, q_add, pulls_stop, n_stop, q_stop = self.stats.get(
-            self._deciding_key(key), (0, 0, 0.0, 0, 0, 0.0)
-        )
-        if pulls_stop == 0 or n_stop == 0:
-            return STOP  # keep the batch homogeneous until we know what that is worth
-        if pulls_add == 0:
-            return ADD
-        if n_add == 0:
-            return STOP  # an ADD is out; wait for its evidence before mixing again
-        total = math.log(pulls_add + pulls_stop)
+    def advantage(self, key: tuple[int, ...], scale: float) -> tuple[float, float]:
+        """STOP's mean advantage over ADD and its standard error, in units of `scale`
+        (inf error while either arm has fewer than MIN_REWARDS)."""
+        add, stop = self.arms(key)
         scale = scale or 1.0
-        ucb_add = q_add / scale + self.exploration * math.sqrt(total / n_add)
-        ucb_stop = q_stop / scale + self.exploration * math.sqrt(total / n_stop)
-        return ADD if ucb_add >= ucb_stop else STOP
+        if min(add.n, stop.n) < MIN_REWARDS:
+            return 0.0, math.inf
+        se = math.sqrt(add.var() / add.n + stop.var() / stop.n)
+        return (stop.mean - add.mean) / scale, se / scale
 
-    def greedy(self, key: tuple[int, ...]) -> int:
-        _, n_add, q_add, _, n_stop, q_stop = self.stats.get(
-            self._deciding_key(key), (0, 0, 0.0, 0, 0, 0.0)
-        )
-        return STOP if n_stop and (not n_add or q_stop > q_add) else ADD
+    def choose(
+        self,
+        key: tuple[int, ...],
+        scale: float,
+        budget: float,
+        untried_cost: float = 0.5,
+        prior: tuple[float, float] | None = None,
+    ) -> Choice:
+        """ADD unless STOP wins with confidence, or is uncertain and `budget` (in units of
+        one decision's reward) covers what trying it may cost.
+
+        With neither a prior nor both arms at `MIN_REWARDS`, STOP is tried at most
+        `MIN_REWARDS` times at `untried_cost` each (then ADD, the default, gathers its own
+        rewards). Otherwise the gain (data and prior combined) decides, and an
+        exploratory STOP costs ADD's lead over STOP's lower confidence bound: a STOP that
+        is probably no worse is cheap, one that may be much worse is dear, and one that is
+        worse with confidence is never tried again.
+        """
+        stop = self.arms(key)[STOP]
+        gain, se = combine(self.advantage(key, scale), prior)
+        z = self.confidence
+        if math.isinf(se):  # no prior, and the arms lack the rewards for a test
+            if stop.pulls < MIN_REWARDS and untried_cost <= budget:
+                return Choice(STOP, True, untried_cost)
+            return Choice(ADD, False)
+        if gain - z * se > 0:
+            return Choice(STOP, False)
+        cost = z * se - gain
+        if gain + z * se < 0 or cost > budget:
+            return Choice(ADD, False)
+        return Choice(STOP, True, cost)
+
+    def greedy(
+        self, key: tuple[int, ...], scale: float = 1.0, prior: tuple[float, float] | None = None
+    ) -> int:
+        """The exploitation-only choice (no budget): STOP only when it wins with confidence."""
+        return self.choose(key, scale, budget=-1.0, prior=prior).action
 
     def pull(self, key: tuple[int, ...], action: int) -> None:
         for k in (key, coarse_key(key)):
-            self._row(k)[3 * action] += 1
+            self._row(k)[action].pulls += 1
 
     def update(self, key: tuple[int, ...], action: int, reward: float) -> None:
-        i = 3 * action
         for k in (key, coarse_key(key)):
-            row = self._row(k)
-            row[i + 1] += 1
-            row[i + 2] += (reward - row[i + 2]) / row[i + 1]
+            self._row(k)[action].add(reward)
 
     def to_dict(self) -> dict:
-        return {",".join(map(str, k)): v for k, v in self.stats.items()}
+        return {",".join(map(str, k)): [a.to_list() for a in row] for k, row in self.stats.items()}
 
     @classmethod
-    def from_dict(cls, data: dict, exploration: float) -> BanditTable:
-        table = cls(exploration)
+    def from_dict(cls, data: dict, confidence: float) -> BanditTable:
+        table = cls(confidence)
         for k, v in data.items():
             try:
                 key = tuple(int(x) for x in k.split(","))
-            except ValueError:
-                raise ValueError(f"bad bandit state key {k!r}") from None
-            if len(key) not in (2, 3) or len(v) != 6:
+                arms = tuple(Arm(int(a[0]), int(a[1]), float(a[2]), float(a[3])) for a in v)
+            except (ValueError, TypeError, IndexError):
+                raise ValueError(f"bad bandit row for state {k!r}: {v!r}") from None
+            if len(key) not in (2, 3) or len(arms) != 2:
                 raise ValueError(f"bad bandit row for state {k!r}: {v!r}")
-            table.stats[key] = [
-                int(v[0]),
-                int(v[1]),
-                float(v[2]),
-                int(v[3]),
-                int(v[4]),
-                float(v[5]),
-            ]
+            table.stats[key] = (arms[0], arms[1])
         return table

@@ -3,8 +3,8 @@
 Candidates come from the CHT (the waiting request sharing the most chunks with the running
 batch; the oldest waiting one when none shares anything). For each, a contextual bandit picks
 ADD or STOP from a small discrete state (`features.DecisionState`: batch-size bin, bin of
-shared-prefix chunks the candidate would bring in, bin of its waiting group's size), with UCB
-exploration. When the candidate loses no prefix (it joins a running prefix, shares nothing
+shared-prefix chunks the candidate would bring in, bin of its waiting group's size). When the
+candidate loses no prefix (it joins a running prefix, shares nothing
 with anyone, or the batch is empty) it is added without asking.
 
 Reward = batch size / step time (tokens per second), credited to a decision over a window:
@@ -13,17 +13,33 @@ cost at the best per-token rate seen, so decodes riding in a compute-bound prefi
 almost free), then the `horizon` decode-dominated steps after it (steps mostly spent on
 prefill are skipped: a prefill is a one-off cost every request pays whenever it is admitted).
 The own step is what a STOP gives up (a step that could have carried prefill work runs decodes
-alone); the later steps are what an ADD costs (every decode now reads one more prefix). UCB
-compares means scaled by the largest decode-step throughput seen, so that one exploration
-constant fits any hardware.
+alone); the later steps are what an ADD costs (every decode now reads one more prefix).
+Rewards are compared in units of the largest decode-step throughput seen, so the budget and
+the confidence bound mean the same on any hardware.
 
-Cold starts are short because the table backs off: a state with no evidence yet for both
-actions decides from a coarse state, (candidate's group bin - batch bin, lost bin), shared by
-every batch size where the candidate's group is as large relative to the batch. Many small
-groups against a big batch (ADD: no homogeneous batch of its own could amortise a step)
-and a large group against a batch of its own size (STOP) then each need learning once.
-The table can be saved and loaded so a deployment starts warm. A request waiting longer than
-`max_wait_s` is admitted first and regardless of the bandit, so nothing starves.
+Never worse than the engine: ADD is the status quo, so a state without evidence ADDs. The
+table (`bandit.BanditTable`) STOPs where STOP's mean reward beats ADD's with confidence (a
+one-sided Welch bound, `confidence` standard errors), and otherwise tries STOP only when the
+exploration budget pays for it: the budget grows by `alpha` of each reward received (in units
+of the best decode throughput seen) and each exploratory STOP spends its expected loss, so the
+run's throughput stays within about `alpha` of always-ADD while it learns (the conservative
+bandit of Wu et al., ICML 2016). `initial_budget` lets a cold run try STOP a couple of times
+before any reward has arrived: in a burst where everything arrives at once, the first
+admission wave is the only chance to see a homogeneous batch at all.
+
+With a step-cost model of the hardware (`hardware` and `model` profiles: the one
+`feather calibrate` fits for a real engine), each decision also gets a prior: the model's
+decode throughput of the batch after STOP against after ADD (the candidate's whole waiting
+group joins with its prefix), as a relative gain with standard error `prior_error` (the
+model's error; calibration reports it). Prior and rewards combine by precision
+(`bandit.combine`), so in a one-shot burst, where the first admissions decide the whole run
+before any reward arrives, the model decides, and in a long run the measured rewards do.
+
+Learning generalises through back-off: a state with fewer than two rewards for either action
+decides from a coarse state, (candidate's group bin - batch bin, lost bin), shared by every
+batch size where the candidate's group is as large relative to the batch. The table can be
+saved and loaded so a deployment starts warm. A request waiting longer than `max_wait_s` is
+admitted first and regardless of the bandit, so nothing starves.
 """
 
 from __future__ import annotations
@@ -39,8 +55,9 @@ from feather_sched.policies.bandit import ADD, STOP, BanditTable
 from feather_sched.policies.base import Policy, SchedulerView, is_decode_step
 from feather_sched.policies.features import DecisionState, decision_state
 from feather_sched.policies.grouped import grouped_candidates
+from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
 
-_STATE_VERSION = 3
+_STATE_VERSION = 4
 
 
 @dataclass(slots=True)
@@ -60,21 +77,39 @@ class FeatherPolicy(Policy):
 
     def __init__(
         self,
-        exploration: float = 0.05,
+        alpha: float = 0.1,
+        confidence: float = 1.0,
+        initial_budget: float = 1.0,
         horizon: int = 4,
         max_wait_s: float = 60.0,
         learn: bool = True,
         policy_state: str | Path | None = None,
+        hardware: str | None = None,
+        model: str | None = None,
+        kernel: str = "paged",
+        prior_error: float = 0.15,
     ) -> None:
         if horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {horizon}")
         if max_wait_s <= 0:
             raise ValueError(f"max_wait_s must be > 0, got {max_wait_s}")
-        self.exploration = exploration
+        if not 0 <= alpha < 1:
+            raise ValueError(f"alpha must be in [0, 1), got {alpha}")
+        if initial_budget < 0:
+            raise ValueError(f"initial_budget must be >= 0, got {initial_budget}")
+        if (hardware is None) != (model is None):
+            raise ValueError("hardware and model profiles go together (both or neither)")
+        if prior_error <= 0:
+            raise ValueError(f"prior_error must be > 0, got {prior_error}")
+        self.cost = None if hardware is None else StepCostModel(hardware, model, kernel)
+        self.prior_error = prior_error
+        self.alpha = alpha
+        self.confidence = confidence
+        self.initial_budget = initial_budget
         self.horizon = horizon
         self.max_wait_s = max_wait_s
         self.learn = learn
-        self.table = BanditTable(exploration)
+        self.table = BanditTable(confidence)
         self.reward_scale = 0.0  # best decode-step tokens/s seen: UCB's unit
         self.sec_per_token = math.inf  # best step seconds per scheduled token seen
         if policy_state is not None:
@@ -92,8 +127,10 @@ class FeatherPolicy(Policy):
     def _reset_run(self) -> None:
         self._windows: list[_Window] = []
         self._forced: set[str] = set()
+        self.budget = self.initial_budget
         self.decisions = 0
         self.stops = 0
+        self.explorations = 0
         self.starvation_admits = 0
 
     def candidates(self, view: SchedulerView) -> Iterator[str]:
@@ -120,18 +157,52 @@ class FeatherPolicy(Policy):
             self.starvation_admits += 1
             return True
         state = decision_state(view.index, request_id)
-        if state.batch == 0 or state.lost_chunks == 0:
+        if not self.asks(state):
             return True
-        return self.decide(state) == ADD
+        return self.decide(state, self.prior(view, state, request_id)) == ADD
 
-    def decide(self, state: DecisionState) -> int:
-        """ADD or STOP for a state where a prefix would be lost; records it for credit."""
-        key = state.bins()
+    def asks(self, state: DecisionState) -> bool:
+        """A decision is needed only to open a new prefix group in a non-empty batch: the
+        candidate's shared prefix is not running yet. Members of a group that runs join
+        unasked (the group was the decision), as does a request that shares nothing."""
+        return state.batch > 0 and state.new_chunks > 0
+
+    def prior(
+        self, view: SchedulerView, state: DecisionState, request_id: str
+    ) -> tuple[float, float] | None:
+        """The cost model's gain of STOP over ADD (relative decode throughput) and its
+        error, or None without a model. ADD brings the candidate's waiting group (up to the
+        free sequence slots) into a batch of `state.batch` requests in
+        `num_running_roots` groups; all prefixes are taken as long as the candidate's."""
+        if self.cost is None:
+            return None
+        index = view.index
+        prefix = state.depth * index.chunk_size
+        suffix = max(0, view.request(request_id).prompt_len - prefix)
+        b, g = state.batch, max(1, min(state.batch, index.num_running_roots))
+        joining = max(1, min(state.group, view.max_num_seqs - b))
+        sizes = [b // g + (i < b % g) for i in range(g)]
+        t = self.cost.step_time
+        stop = b / t(BatchShape.shared_prefix_decode(sizes, prefix, suffix))
+        add = (b + joining) / t(BatchShape.shared_prefix_decode([*sizes, joining], prefix, suffix))
+        return (stop - add) / max(stop, add), self.prior_error
+
+    def decide(self, state: DecisionState, prior: tuple[float, float] | None = None) -> int:
+        """ADD or STOP for a candidate that opens a new prefix group; records it for
+        credit."""
+        key = state.group_bins()
         if self.learn:
-            action = self.table.choose(key, self.reward_scale)
+            # An untried STOP keeps a batch of B from growing by one: its step throughput
+            # falls by at most 1/(B+1), as a step never gets faster with more sequences.
+            untried = 1.0 / (state.batch + 1)
+            choice = self.table.choose(key, self.reward_scale, self.budget, untried, prior)
+            action = choice.action
+            if choice.exploring:
+                self.budget -= choice.cost
+                self.explorations += 1
             self.table.pull(key, action)
         else:
-            action = self.table.greedy(key)
+            action = self.table.greedy(key, self.reward_scale, prior)
         self.decisions += 1
         self.total_decisions += 1
         if action == STOP:
@@ -171,6 +242,7 @@ class FeatherPolicy(Policy):
             if w.decode_steps >= self.horizon:
                 reward = w.tokens / w.seconds
                 self.table.update(w.key, w.action, reward)
+                self.budget += self.alpha * reward / (self.reward_scale or reward)
                 self.history.append((self.total_decisions, reward))
             else:
                 still_open.append(w)
@@ -184,7 +256,8 @@ class FeatherPolicy(Policy):
         payload = {
             "version": _STATE_VERSION,
             "policy": self.name,
-            "exploration": self.exploration,
+            "alpha": self.alpha,
+            "confidence": self.confidence,
             "horizon": self.horizon,
             "reward_scale": self.reward_scale,
             "sec_per_token": self.sec_per_token if math.isfinite(self.sec_per_token) else None,
@@ -209,9 +282,11 @@ class FeatherPolicy(Policy):
         if payload.get("policy") != self.name or payload.get("version") != _STATE_VERSION:
             raise ValueError(
                 f"{path}: not a version-{_STATE_VERSION} {self.name!r} policy state "
-                f"(policy={payload.get('policy')!r}, version={payload.get('version')!r})"
+                f"(policy={payload.get('policy')!r}, version={payload.get('version')!r}); "
+                "tables saved before version 4 hold the old UCB bandit's statistics and "
+                "cannot be read: delete the file to start cold"
             )
-        self.table = BanditTable.from_dict(payload["table"], self.exploration)
+        self.table = BanditTable.from_dict(payload["table"], self.confidence)
         self.reward_scale = float(payload.get("reward_scale", 0.0))
         sec = payload.get("sec_per_token")
         self.sec_per_token = float(sec) if sec else math.inf

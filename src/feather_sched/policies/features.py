@@ -28,9 +28,21 @@ class DecisionState:
     matched_chunks: int
     joins_majority: bool
     """The candidate's prefix is held by at least half the running batch (or it has none)."""
+    depth: int = 0
+    """Chunks of the candidate's shared prefix (shared with another waiting request)."""
+
+    @property
+    def new_chunks(self) -> int:
+        """Chunks of its shared prefix that no running request holds: admitting it opens a
+        new prefix group in the batch (0: its group already runs, or it shares nothing)."""
+        return max(0, self.depth - self.matched_chunks)
 
     def bins(self) -> tuple[int, int, int]:
         return (log2_bin(self.batch, 9), log2_bin(self.lost_chunks, 8), log2_bin(self.group, 8))
+
+    def group_bins(self) -> tuple[int, int, int]:
+        """(batch, new chunks, group) bins: the state of a decision to open a new group."""
+        return (log2_bin(self.batch, 9), log2_bin(self.new_chunks, 8), log2_bin(self.group, 8))
 
 
 def log2_bin(value: int, top: int) -> int:
@@ -63,4 +75,5 @@ def decision_state(index: ChunkedHashTree, request_id: str) -> DecisionState:
         group=group,
         matched_chunks=matched,
         joins_majority=majority,
+        depth=depth,
     )

@@ -17,6 +17,7 @@ _POLICIES: dict[str, str] = {
     "max-homogeneous": "feather_sched.policies.homogeneous:MaxHomogeneousPolicy",
     "grouped": "feather_sched.policies.grouped:GroupedPolicy",
     "feather": "feather_sched.policies.feather:FeatherPolicy",
+    "feather-paper": "feather_sched.policies.feather_paper:FeatherPaperPolicy",
     "feather-ppo": "feather_sched.policies.feather_ppo:FeatherPPOPolicy",
 }
 

@@ -94,6 +94,13 @@ class ThroughputTracker:
             self.best = self.last
 
 
+def learned_decision_point(state: DecisionState) -> bool:
+    """Where `feather-ppo` decides (the points its weights were trained on): every candidate
+    that would dilute the batch's main prefix, joining a minority group or opening a new one.
+    (The bandit asks only to open a group: `FeatherPolicy.asks`.)"""
+    return state.batch > 0 and state.lost_chunks > 0
+
+
 class DelegatedFeather(FeatherPolicy):
     """FeatherPolicy's decision points, with ADD/STOP answered by `choose`.
 
@@ -118,7 +125,10 @@ class DelegatedFeather(FeatherPolicy):
         self._view = view  # `decide` builds the observation from it
         return super().accept(view, request_id)
 
-    def decide(self, state: DecisionState) -> int:
+    def asks(self, state: DecisionState) -> bool:
+        return learned_decision_point(state)
+
+    def decide(self, state: DecisionState, prior: tuple[float, float] | None = None) -> int:
         assert self._view is not None
         obs = observe(state, self._view, self._throughput.last, self._throughput.best)
         action = self.choose(obs)

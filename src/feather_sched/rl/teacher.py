@@ -19,7 +19,12 @@ import numpy as np
 from feather_sched.policies.base import SchedulerView
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.features import DecisionState
-from feather_sched.rl.observation import OBS_DIM, ThroughputTracker, observe
+from feather_sched.rl.observation import (
+    OBS_DIM,
+    ThroughputTracker,
+    learned_decision_point,
+    observe,
+)
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.sim.engine import simulate
@@ -47,8 +52,11 @@ class RecordingFeather(FeatherPolicy):
         self._view = view
         return super().accept(view, request_id)
 
-    def decide(self, state: DecisionState) -> int:
-        action = super().decide(state)
+    def asks(self, state: DecisionState) -> bool:
+        return learned_decision_point(state)  # record where the learned policy will decide
+
+    def decide(self, state: DecisionState, prior: tuple[float, float] | None = None) -> int:
+        action = super().decide(state, prior)
         if self.recording:
             assert self._view is not None
             t = self._throughput

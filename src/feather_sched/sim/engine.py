@@ -57,6 +57,7 @@ class Simulator:
     ) -> None:
         self.policy = policy
         self.cost = cost
+        self._order_sensitive = cost.order_sensitive
         self.config = config or EngineConfig()
         self._progress = progress
         c = self.config
@@ -248,6 +249,7 @@ class Simulator:
                 shared_unique_kv_tokens=self.kv.shared_blocks * bs,
                 shared_logical_kv_tokens=self.kv.shared_refs * bs,
                 num_prefill_seqs=prefill_seqs,
+                shared_span_tokens=self._shared_span(scheduled) if self._order_sensitive else 0.0,
             )
             cost = self.cost.breakdown(shape)
             dt = cost.total_s
@@ -305,6 +307,25 @@ class Simulator:
         )
 
     # ------------------------------------------------------------------ internals
+    def _shared_span(self, scheduled: list) -> float:
+        """`BatchShape.shared_span_tokens`, in batch order: for each sequence whose first
+        KV block another sequence also reads, the context tokens read since that block's
+        previous reader (a sequence's shared blocks are its prefix, so its first block
+        stands for them)."""
+        kv = self.kv
+        last: dict[int, int] = {}
+        streamed = span = repeats = 0
+        for seq, n in scheduled:
+            blocks = kv.blocks_of(seq.req.request_id)
+            if blocks and kv.refcount(blocks[0]) >= 2:
+                first = blocks[0]
+                if first in last:
+                    span += streamed - last[first]
+                    repeats += 1
+                last[first] = streamed
+            streamed += seq.num_computed + (n if seq.prefilling else 1)
+        return span / repeats if repeats else 0.0
+
     def _admit(self, budget: int, scheduled: list[tuple[_Seq, int]]) -> float:
         """Ask the policy for candidates; admit until the policy or the budgets stop it.
 

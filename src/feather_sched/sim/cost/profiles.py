@@ -177,8 +177,10 @@ class HardwareProfile(_ProfileIO):
     fraction of ``mem_bandwidth_Bps``), ``compute_efficiency`` (achieved fraction of
     ``peak_flops``), ``cache_efficiency`` (fraction of ``cache_bytes`` that shared KV
     may occupy), ``reuse_exponent`` (how fast reuse falls off past capacity),
-    ``step_overhead_s`` (fixed time per engine step) and ``per_seq_overhead_s``
-    (extra time per scheduled sequence).
+    ``step_overhead_s`` (fixed time per engine step), ``per_seq_overhead_s``
+    (extra time per scheduled sequence) and ``cache_read_cost`` (time of a KV read that
+    hits the cache, as a fraction of one from memory: 0 = free, as on a GPU whose L2
+    bandwidth dwarfs HBM's; a CPU's L3 is only ~3x faster than its DRAM).
     """
 
     name: str
@@ -191,6 +193,10 @@ class HardwareProfile(_ProfileIO):
     step_overhead_s: float
     reuse_exponent: float = 1.0
     per_seq_overhead_s: float = 0.0
+    cache_read_cost: float = 0.0
+    sequential_attention: bool = False
+    """The attention kernel walks the batch's sequences in order (a CPU thread), so reuse
+    depends on what was read since a block's last reader (see the step model)."""
     memory_bytes: float = 0.0
     """Device memory (HBM) in bytes; the simulator sizes the KV cache from it. 0 = unknown."""
     description: str = ""
@@ -207,6 +213,8 @@ class HardwareProfile(_ProfileIO):
         "step_overhead_s": _non_negative,
         "reuse_exponent": _positive,
         "per_seq_overhead_s": _non_negative,
+        "cache_read_cost": _fraction0,
+        "sequential_attention": _boolean,
         "memory_bytes": _non_negative,
         "description": _text,
     }
@@ -218,6 +226,7 @@ class HardwareProfile(_ProfileIO):
         "reuse_exponent",
         "step_overhead_s",
         "per_seq_overhead_s",
+        "cache_read_cost",
     )
 
     def __post_init__(self) -> None:
