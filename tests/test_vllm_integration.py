@@ -461,7 +461,9 @@ def test_bench_feather_learns_across_runs_with_a_policy_state(
     assert decisions[0] > 0, "the workload was meant to make the bandit decide"
     warm = FeatherPolicy(policy_state=state)
     assert warm.table.stats == feather.feather.policy.table.stats
-    pulls = sum(r[0] + r[3] for k, r in warm.table.stats.items() if len(k) == 3)
+    pulls = sum(
+        add.pulls + stop.pulls for k, (add, stop) in warm.table.stats.items() if len(k) == 3
+    )
     assert pulls == decisions[0] + decisions[1]  # run 1 started from run 0's table
     assert_index_empty(feather)
 

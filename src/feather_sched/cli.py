@@ -78,6 +78,12 @@ def bench(
         help="Feather bandit table: loaded if the file exists (warm start), saved after the "
         "run (--engine vllm: after each feather run, so later repeats start warm).",
     ),
+    feather_hardware: str | None = typer.Option(
+        None,
+        help="Hardware profile (name or JSON) the feather policy takes as its step-cost prior. "
+        "Sim: default the bench's own --hardware, 'none' for no prior. --engine vllm: default "
+        "none; pass the profile `feather calibrate` fitted for this machine.",
+    ),
     json_out: Path = typer.Option(Path("feather-bench.json"), "--json", help="JSON results."),
     plot: Path = typer.Option(Path("feather-bench.png"), "--plot", help="PNG plot."),
     engine: str = typer.Option(
@@ -105,6 +111,7 @@ def bench(
             plot,
             policy_state,
             async_scheduling,
+            feather_hardware,
         )
         return
     if engine != "sim":
@@ -134,6 +141,7 @@ def bench(
             ),
             engine_overrides=frozenset({"max_num_seqs"} if max_num_seqs else ()),
             policy_state=policy_state,
+            feather_hardware=feather_hardware,
         )
         spec.validate()
         from feather_sched.sim.cost import StepCostModel
@@ -198,6 +206,7 @@ def _bench_vllm(
     plot: Path,
     policy_state: Path | None = None,
     async_scheduling: bool = False,
+    feather_hardware: str | None = None,
 ) -> None:
     """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
     from dataclasses import asdict
@@ -230,6 +239,7 @@ def _bench_vllm(
         seed=seed,
         policy_state=policy_state,
         async_scheduling=async_scheduling,
+        policy_options=feather_prior_options(feather_hardware, model),
     )
     try:
         spec.validate()
@@ -252,6 +262,22 @@ def _bench_vllm(
     json_out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     plot_results(rows, plot, title)
     console.print(f"wrote {json_out} and {plot}")
+
+
+def feather_prior_options(hardware: str | None, model: str | None) -> dict:
+    """`policy_options` giving the real-engine feather a step-cost prior: a fitted hardware
+    profile and the built-in engine model's own profile (a model directory has none)."""
+    if hardware is None or hardware == "none":
+        return {}
+    from feather_sched.bench.vllm_engine import ENGINE_SCALES
+
+    name = model or "tiny-llama"
+    if name not in ENGINE_SCALES:
+        raise typer.BadParameter(
+            "a prior needs a built-in --model (its profile is known)",
+            param_hint="--feather-hardware",
+        )
+    return {"feather": {"hardware": hardware, "model": name}}
 
 
 @app.command("calibrate")
@@ -279,6 +305,11 @@ def calibrate(
     ),
     quick: bool = typer.Option(False, help="A small grid of compositions (a smoke run)."),
     seed: int = typer.Option(0),
+    feather_hardware: str | None = typer.Option(
+        None,
+        help="A fitted hardware profile the compared feather policy takes as its step-cost "
+        "prior (e.g. an earlier calibration's --out).",
+    ),
 ) -> None:
     """Measure real step times, fit the cost model's hardware parameters, report its error."""
     from rich.markup import escape
@@ -305,6 +336,7 @@ def calibrate(
             compare_repeats=1 if quick else 3,
             seed=seed,
             bench_rows=rows,
+            policy_options=feather_prior_options(feather_hardware, model),
         )
         with console.status("calibrate") as status:
             report = run_calibration(spec, out, on_progress=lambda label: status.update(label))

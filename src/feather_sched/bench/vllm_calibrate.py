@@ -184,6 +184,8 @@ class CalibrateSpec:
     compare_policies: Sequence[str] = ("grouped", "feather")
     compare_scenarios: Sequence[KvScenario] | None = None
     compare_repeats: int = 3
+    policy_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Options of the compared policies (e.g. feather's step-cost prior)."""
     bench_rows: list[dict[str, Any]] | None = field(default=None, compare=False)
     """Real-engine rows from `feather bench --engine vllm` to compare with (None: run them)."""
 
@@ -314,6 +316,7 @@ def run_calibration(
         max_num_batched_tokens=spec.max_num_batched_tokens,
         repeats=1,
         seed=spec.seed,
+        policy_options=spec.policy_options,
     )
     bench_spec.validate()
     bench_spec = bench_spec.resolved()
@@ -478,7 +481,8 @@ def compare_end_to_end(
         )
         requests = engine_workload(wname, vocab, bench_spec.seed, bench_spec.scale)
         policy = "fcfs" if row["policy"] == BASELINE else row["policy"]
-        sim = simulate(requests, make_policy(policy), cost, config).summary()
+        options = bench_spec.policy_options.get(policy, {})
+        sim = simulate(requests, make_policy(policy, **options), cost, config).summary()
         real = float(row["output_tok_s"])
         out.append(
             {

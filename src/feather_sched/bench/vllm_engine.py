@@ -131,9 +131,9 @@ _KV_BOUND = EngineScale(
         "no-sharing": ("no-sharing", dict(num_requests=32, prompt_len=2064, output_len=64)),
     },
     default_workloads=("paper-32g", "paper-4g", "no-sharing"),
-    # kv-pressure: 640 blocks hold ~9 requests of distinct prefixes (67 blocks each) or ~7
-    # whole groups of 8 (88 blocks a group); no-pressure holds every workload whole.
-    scenarios=(KvScenario("kv-pressure", 640), KvScenario("no-pressure", 8192)),
+    # kv-pressure: 1,024 blocks hold ~15 requests of distinct prefixes (68 blocks each) or
+    # ~9 whole groups of 8 (100 blocks a group); no-pressure holds every workload whole.
+    scenarios=(KvScenario("kv-pressure", 1024), KvScenario("no-pressure", 8192)),
     max_model_len=4096,
 )
 

@@ -87,7 +87,7 @@ class FeatherPolicy(Policy):
         hardware: str | None = None,
         model: str | None = None,
         kernel: str = "paged",
-        prior_error: float = 0.15,
+        prior_error: float = 0.05,
     ) -> None:
         if horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {horizon}")
@@ -170,21 +170,23 @@ class FeatherPolicy(Policy):
     def prior(
         self, view: SchedulerView, state: DecisionState, request_id: str
     ) -> tuple[float, float] | None:
-        """The cost model's gain of STOP over ADD (relative decode throughput) and its
-        error, or None without a model. ADD brings the candidate's waiting group (up to the
-        free sequence slots) into a batch of `state.batch` requests in
-        `num_running_roots` groups; all prefixes are taken as long as the candidate's."""
+        """The cost model's gain of STOP over ADD, or None without a model: the decode
+        throughput of the running batch (`state.batch` requests in `num_running_roots`
+        groups) against that of the batch joined by the candidate's waiting group (up to the
+        free slots), relative to the better of the two. All prefixes are taken as long as the
+        candidate's. (A two-plan variant that also charged each plan its prefill scored
+        lower on the simulator suite: benchmarks/feather.md.)"""
         if self.cost is None:
             return None
         index = view.index
         prefix = state.depth * index.chunk_size
         suffix = max(0, view.request(request_id).prompt_len - prefix)
         b, g = state.batch, max(1, min(state.batch, index.num_running_roots))
-        joining = max(1, min(state.group, view.max_num_seqs - b))
+        n = max(1, min(state.group, view.max_num_seqs - b))
         sizes = [b // g + (i < b % g) for i in range(g)]
-        t = self.cost.step_time
-        stop = b / t(BatchShape.shared_prefix_decode(sizes, prefix, suffix))
-        add = (b + joining) / t(BatchShape.shared_prefix_decode([*sizes, joining], prefix, suffix))
+        t, decode = self.cost.step_time, BatchShape.shared_prefix_decode
+        stop = b / t(decode(sizes, prefix, suffix))
+        add = (b + n) / t(decode([*sizes, n], prefix, suffix))
         return (stop - add) / max(stop, add), self.prior_error
 
     def decide(self, state: DecisionState, prior: tuple[float, float] | None = None) -> int:
