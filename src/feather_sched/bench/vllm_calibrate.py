@@ -358,6 +358,17 @@ def run_calibration(
             }
             for s, p in zip(held, held_pred)
         ],
+        "decode": [  # every composition's decode step, the locality table and plot
+            {
+                "composition": s.composition,
+                "batch": s.shape.num_decode,
+                "heldout": s in held,
+                "measured_ms": round(s.seconds * 1e3, 3),
+                "predicted_ms": round(float(p) * 1e3, 3),
+            }
+            for s, p in zip(samples, predict(profile, model, [s.shape for s in samples]))
+            if s.kind == "decode"
+        ],
         "end_to_end": e2e,
         "spec": {k: v for k, v in asdict(spec).items() if k != "bench_rows"},
     }
