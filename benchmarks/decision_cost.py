@@ -18,7 +18,9 @@ from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.workloads import SharedPrefixWorkload
 
-POLICIES = ["fcfs", "lpm", "grouped", "feather"]
+POLICIES = ["fcfs", "lpm", "grouped", "feather", "feather+prior"]
+# feather+prior: feather with the run's own step-cost model as its prior (as `feather bench`)
+OPTIONS = {"feather+prior": ("feather", {"hardware": "h100", "model": "llama-3-8b"})}
 
 
 def main() -> None:
@@ -39,7 +41,8 @@ def main() -> None:
     cost = StepCostModel("h100", "llama-3-8b")
     rows = []
     for name in args.policies.split(","):
-        result = simulate(requests, make_policy(name), cost, EngineConfig())
+        policy, options = OPTIONS.get(name, (name, {}))
+        result = simulate(requests, make_policy(policy, **options), cost, EngineConfig())
         s = result.summary()
         rows.append(
             {

@@ -4,7 +4,8 @@ Predicts what the real CPU engine does with each policy (same workloads, block s
 limits and KV sizes as the vLLM bench of that model), so a real-engine result can be told
 apart from the policy's own behaviour. Usage:
   python benchmarks/sim_cpu_profile.py --json benchmarks/sim-cpu-profile.json
-  python benchmarks/sim_cpu_profile.py --model kv-bound --profile benchmarks/cpu-kv-bound-fitted.json
+  python benchmarks/sim_cpu_profile.py --model kv-bound \
+      --profile benchmarks/cpu-kv-bound-fitted.json
 """
 
 from __future__ import annotations

@@ -136,12 +136,13 @@ class BanditTable:
 
         With neither a prior nor both arms at `MIN_REWARDS`, STOP is tried at most
         `MIN_REWARDS` times at `untried_cost` each (then ADD, the default, gathers its own
-        rewards). Otherwise the gain (data and prior combined) decides, and an
-        exploratory STOP costs ADD's lead over STOP's lower confidence bound: a STOP that
-        is probably no worse is cheap, one that may be much worse is dear, and one that is
-        worse with confidence is never tried again.
+        rewards). Otherwise the gain (data and prior combined) decides; while it is
+        uncertain, the less-tried arm is sampled, and an exploratory STOP costs ADD's lead
+        over STOP's lower confidence bound: a STOP that is probably no worse is cheap, one
+        that may be much worse is dear, and one that is worse with confidence is never tried
+        again.
         """
-        stop = self.arms(key)[STOP]
+        add, stop = self.arms(key)
         gain, se = combine(self.advantage(key, scale), prior)
         z = self.confidence
         if math.isinf(se):  # no prior, and the arms lack the rewards for a test
@@ -151,7 +152,8 @@ class BanditTable:
         if gain - z * se > 0:
             return Choice(STOP, False)
         cost = z * se - gain
-        if gain + z * se < 0 or cost > budget:
+        # Uncertain: sample the less-tried arm (ADD costs nothing; STOP, its cost).
+        if gain + z * se < 0 or cost > budget or stop.pulls > add.pulls:
             return Choice(ADD, False)
         return Choice(STOP, True, cost)
 

@@ -170,24 +170,42 @@ class FeatherPolicy(Policy):
     def prior(
         self, view: SchedulerView, state: DecisionState, request_id: str
     ) -> tuple[float, float] | None:
-        """The cost model's gain of STOP over ADD, or None without a model: the decode
-        throughput of the running batch (`state.batch` requests in `num_running_roots`
-        groups) against that of the batch joined by the candidate's waiting group (up to the
-        free slots), relative to the better of the two. All prefixes are taken as long as the
-        candidate's. (A two-plan variant that also charged each plan its prefill scored
-        lower on the simulator suite: benchmarks/feather.md.)"""
+        """The cost model's gain of STOP over ADD, or None without a model.
+
+        Two plans for the running batch (`state.batch` requests in `num_running_roots`
+        groups) and the candidate's whole waiting group (once a group runs, its members join
+        unasked as slots free up), each decoding the
+        candidate's output length: ADD decodes them together; STOP lets the batch decode
+        alone, then the group alone. The gain is STOP's time saving relative to the slower
+        plan (both also pay the group's prefill, counted in the denominator). A marginal
+        comparison (the batch with the group against without it) misses that a STOP lets a
+        mixed batch drain back to homogeneous ones. All prefixes are taken as long as the
+        candidate's.
+        """
         if self.cost is None:
             return None
         index = view.index
+        req = view.request(request_id)
         prefix = state.depth * index.chunk_size
-        suffix = max(0, view.request(request_id).prompt_len - prefix)
+        suffix = max(0, req.prompt_len - prefix)
         b, g = state.batch, max(1, min(state.batch, index.num_running_roots))
-        n = max(1, min(state.group, view.max_num_seqs - b))
+        n = max(1, min(state.group, view.max_num_seqs))  # once open, the group floods in
         sizes = [b // g + (i < b % g) for i in range(g)]
         t, decode = self.cost.step_time, BatchShape.shared_prefix_decode
-        stop = b / t(decode(sizes, prefix, suffix))
-        add = (b + n) / t(decode([*sizes, n], prefix, suffix))
-        return (stop - add) / max(stop, add), self.prior_error
+        tokens = prefix + n * suffix
+        prefill = t(
+            BatchShape(
+                num_prefill_tokens=tokens,
+                prefill_attn_pairs=prefix * (prefix + 1) // 2 + n * suffix * (prefix + suffix),
+                logical_kv_tokens=tokens,
+                unique_kv_tokens=tokens,
+                num_prefill_seqs=n,
+            )
+        )
+        steps = req.output_len
+        stop = steps * (t(decode(sizes, prefix, suffix)) + t(decode([n], prefix, suffix)))
+        add = steps * t(decode([*sizes, n], prefix, suffix))
+        return (add - stop) / (max(add, stop) + prefill), self.prior_error
 
     def decide(self, state: DecisionState, prior: tuple[float, float] | None = None) -> int:
         """ADD or STOP for a candidate that opens a new prefix group; records it for
