@@ -276,6 +276,11 @@ def test_model_prior_decides_the_first_admissions_of_a_burst() -> None:
     informed = FeatherPolicy(hardware="h100", model="llama-3-8b")
     result = simulate(reqs, informed, COST, cfg)
     assert informed.stops >= 1 and result.steps["groups"].max() == 1
+    summary = result.summary()  # the row reports the policy's own counters
+    assert (summary["policy_stops"], summary["policy_decisions"]) == (
+        informed.stops,
+        informed.decisions,
+    )
     plain = simulate(reqs, make_policy("fcfs"), COST, cfg)
     assert result.output_tok_s > 1.3 * plain.output_tok_s
 

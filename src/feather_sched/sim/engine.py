@@ -303,8 +303,24 @@ class Simulator:
                 "engine_admit_us_per_step": engine_admit_time / max(1, step_idx) * 1e6,
                 "sched_us_per_decision": sched_time / max(1, self._decisions) * 1e6,
                 "decisions": self._decisions,
+                **self._policy_counters(),
             },
         )
+
+    def _policy_counters(self) -> dict[str, int]:
+        """What a learning policy says of itself: ADD/STOP questions it answered, STOPs,
+        exploratory STOPs and starvation admits (absent for policies without them)."""
+        names = {
+            "decisions": "policy_decisions",
+            "stops": "policy_stops",
+            "explorations": "policy_explorations",
+            "starvation_admits": "starvation_admits",
+        }
+        return {
+            out: int(getattr(self.policy, attr))
+            for attr, out in names.items()
+            if isinstance(getattr(self.policy, attr, None), int)
+        }
 
     # ------------------------------------------------------------------ internals
     def _shared_span(self, scheduled: list) -> float:
