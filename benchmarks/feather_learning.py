@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from feather_sched.bench.machine import write_record
-from feather_sched.bench.suite import SUITE, build_workload
+from feather_sched.bench.suite import SUITE, BenchSpec, build_workload
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.sim.config import EngineConfig
@@ -37,7 +37,7 @@ def main() -> None:
     cost = StepCostModel("h100", "llama-3-8b")
     suite = SUITE.get(args.workload)
     config = dataclasses.replace(EngineConfig(), **(suite.engine if suite else {}))
-    policy = FeatherPolicy()
+    policy = FeatherPolicy(**BenchSpec().feather_options())
     per_run = []
     boundaries = []
     for seed in range(args.runs):
@@ -48,7 +48,10 @@ def main() -> None:
         boundaries.append(policy.total_decisions)
         print(per_run[-1], flush=True)
     cold = simulate(
-        build_workload(args.workload).generate(args.runs - 1), FeatherPolicy(), cost, config
+        build_workload(args.workload).generate(args.runs - 1),
+        FeatherPolicy(**BenchSpec().feather_options()),
+        cost,
+        config,
     ).output_tok_s
     hist = np.array(policy.history, dtype=float)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))

@@ -1,4 +1,5 @@
-"""Feather's robustness over workload seeds: a cold bandit vs FCFS and the oracle, per seed.
+"""Feather's robustness over workload seeds: a cold bandit (with the bench's step-cost prior)
+vs FCFS, the oracle and the best of the baselines, per seed.
 
 `feather bench` runs the suite on one seed; this reruns its long-prefix-shaped workloads on
 several, sweeping the oracle again for each seed (the best cap depends on the draw). Usage:
@@ -12,8 +13,7 @@ import argparse
 from feather_sched.bench.machine import write_record
 from feather_sched.bench.oracle import oracle_sweep
 from feather_sched.bench.suite import BenchSpec, build_workload
-from feather_sched.policies.fcfs import FCFSPolicy
-from feather_sched.policies.feather import FeatherPolicy
+from feather_sched.policies.registry import make_policy
 from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
 
@@ -40,18 +40,24 @@ def main() -> None:
         for name in WORKLOADS:
             requests = build_workload(name).generate(seed)
             engine = spec.engine_for(name)
-            feather = simulate(requests, FeatherPolicy(), cost, engine).output_tok_s
-            fcfs = simulate(requests, FCFSPolicy(), cost, engine).output_tok_s
-            oracle = oracle_sweep(requests, cost, engine).output_tok_s
+            policy = make_policy("feather", **spec.feather_options())
+            feather = simulate(requests, policy, cost, engine).output_tok_s
+            speeds = {
+                p: simulate(requests, make_policy(p), cost, engine).output_tok_s
+                for p in ("fcfs", "dfs-weight", "max-homogeneous")
+            }
+            speeds["oracle"] = oracle_sweep(requests, cost, engine).output_tok_s
+            best = max(speeds, key=speeds.__getitem__)
             rows.append(
                 {
                     "seed": seed,
                     "workload": name,
                     "feather": round(feather, 1),
-                    "fcfs": round(fcfs, 1),
-                    "oracle": round(oracle, 1),
-                    "feather_vs_fcfs": round(feather / fcfs, 3),
-                    "feather_vs_oracle": round(feather / oracle, 3),
+                    **{p: round(v, 1) for p, v in speeds.items()},
+                    "feather_vs_fcfs": round(feather / speeds["fcfs"], 3),
+                    "feather_vs_oracle": round(feather / speeds["oracle"], 3),
+                    "feather_vs_best": round(feather / max(feather, speeds[best]), 3),
+                    "best_baseline": best,
                 }
             )
             print(rows[-1], flush=True)

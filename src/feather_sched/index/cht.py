@@ -248,6 +248,16 @@ class ChunkedHashTree:
         refs = self._running_refs
         return _deepest_true(len(keys), lambda i: refs.get(keys[i], 0) == n)
 
+    def running_shared_chunks(self) -> int:
+        """Leading chunks of the oldest running request that another running request also
+        holds: the length of one prefix the batch shares (0 when none is shared). O(log
+        chunks)."""
+        if len(self._running) < 2:
+            return 0
+        keys = self._keys[next(iter(self._running))]
+        refs = self._running_refs
+        return _deepest_true(len(keys), lambda i: refs.get(keys[i], 0) >= 2)
+
     def lost_chunks(self, request_id: str) -> int:
         """Chunks of the running batch's common prefix that admitting this request would lose.
 

@@ -72,6 +72,21 @@ class _Window:
     seconds: float = 0.0
 
 
+def mix(a: BatchShape, b: BatchShape) -> BatchShape:
+    """Two decode batches run as one (their prefixes distinct, each group adjacent)."""
+    n = a.num_decode + b.num_decode
+    logical = a.logical_kv_tokens + b.logical_kv_tokens
+    span = (a.shared_span_tokens * a.num_decode + b.shared_span_tokens * b.num_decode) / n
+    return BatchShape(
+        num_decode=n,
+        logical_kv_tokens=logical,
+        unique_kv_tokens=a.unique_kv_tokens + b.unique_kv_tokens,
+        shared_unique_kv_tokens=a.shared_unique_kv_tokens + b.shared_unique_kv_tokens,
+        shared_logical_kv_tokens=a.shared_logical_kv_tokens + b.shared_logical_kv_tokens,
+        shared_span_tokens=span,
+    )
+
+
 class FeatherPolicy(Policy):
     name = "feather"
 
@@ -179,8 +194,8 @@ class FeatherPolicy(Policy):
         alone, then the group alone. The gain is STOP's time saving relative to the slower
         plan (both also pay the group's prefill, counted in the denominator). A marginal
         comparison (the batch with the group against without it) misses that a STOP lets a
-        mixed batch drain back to homogeneous ones. All prefixes are taken as long as the
-        candidate's.
+        mixed batch drain back to homogeneous ones. The batch's groups are taken to share
+        a prefix as long as its oldest request's (`running_shared_chunks`).
         """
         if self.cost is None:
             return None
@@ -188,6 +203,7 @@ class FeatherPolicy(Policy):
         req = view.request(request_id)
         prefix = state.depth * index.chunk_size
         suffix = max(0, req.prompt_len - prefix)
+        running = index.running_shared_chunks() * index.chunk_size or prefix
         b, g = state.batch, max(1, min(state.batch, index.num_running_roots))
         n = max(1, min(state.group, view.max_num_seqs))  # once open, the group floods in
         sizes = [b // g + (i < b % g) for i in range(g)]
@@ -203,8 +219,9 @@ class FeatherPolicy(Policy):
             )
         )
         steps = req.output_len
-        stop = steps * (t(decode(sizes, prefix, suffix)) + t(decode([n], prefix, suffix)))
-        add = steps * t(decode([*sizes, n], prefix, suffix))
+        batch, group = decode(sizes, running, suffix), decode([n], prefix, suffix)
+        stop = steps * (t(batch) + t(group))
+        add = steps * t(mix(batch, group))
         return (add - stop) / (max(add, stop) + prefill), self.prior_error
 
     def decide(self, state: DecisionState, prior: tuple[float, float] | None = None) -> int:
