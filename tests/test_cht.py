@@ -234,6 +234,17 @@ class CHTAgainstRadix(RuleBasedStateMachine):
             for r in running
         )
         assert self.cht.running_common_chunks() == common
+        # the oldest running request's prefix held by another running one
+        shared = max(
+            (
+                shared_levels(
+                    _lcp(first, self.prompts[r]), first.size, self.prompts[r].size, self.chunk
+                )
+                for r in running[1:]
+            ),
+            default=0,
+        )
+        assert self.cht.running_shared_chunks() == shared
         for rid in self.cht.waiting_ids():
             prompt = self.prompts[rid]
             kept = min(
