@@ -1,7 +1,8 @@
 """Feather's regret matrix: `feather` and `feather-paper` against the engine's default and the
 best policy of the same run, for every (bench, workload) row, as a table and a heat map.
 
-Reads `feather bench` JSON files (simulator or `--engine vllm`), each given as LABEL=PATH:
+Reads `feather bench` JSON files (simulator or `--engine vllm`), or `feather calibrate` reports
+(their real-engine end-to-end rows), each given as LABEL=PATH:
   python benchmarks/feather_regret.py sim-h100=benchmarks/sim-bench.json \
       sim-a100=benchmarks/sim-bench-a100.json vllm=benchmarks/vllm-bench.json \
       --json benchmarks/feather-regret.json --plot benchmarks/feather-regret.png
@@ -42,6 +43,16 @@ def regret_rows(label: str, rows: list[dict]) -> list[dict]:
     return out
 
 
+def bench_rows(record: dict) -> list[dict]:
+    """A bench's rows, or a calibration report's real runs as rows."""
+    if "rows" in record:
+        return record["rows"]
+    return [
+        {"workload": r["workload"], "policy": r["policy"], "output_tok_s": r["real_tok_s"]}
+        for r in record["end_to_end"]
+    ]
+
+
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -75,7 +86,7 @@ def main() -> None:
         label, _, path = item.partition("=")
         if not path:
             parser.error(f"expected LABEL=PATH, got {item!r}")
-        rows += regret_rows(label, json.loads(Path(path).read_text())["rows"])
+        rows += regret_rows(label, bench_rows(json.loads(Path(path).read_text())))
     for r in rows:
         cells = "  ".join(f"{k}={v}" for k, v in r.items() if "/" in k)
         print(f"{r['bench']:>10} {r['workload']:<28} best={r['best']:<16} {cells}")
