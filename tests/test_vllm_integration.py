@@ -458,6 +458,8 @@ def test_bench_feather_learns_across_runs_with_a_policy_state(
             assert row["output_tokens"] == 12 * 8
             if pname == "feather":
                 decisions.append(feather.feather.policy.decisions)
+                assert row["policy_decisions"] == decisions[-1]  # the row's honest counters
+                assert row["policy_stops"] == feather.feather.policy.stops
     assert decisions[0] > 0, "the workload was meant to make the bandit decide"
     warm = FeatherPolicy(policy_state=state)
     assert warm.table.stats == feather.feather.policy.table.stats

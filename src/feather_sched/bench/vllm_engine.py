@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from feather_sched.policies.base import policy_counters
 from feather_sched.request import Request
 from feather_sched.sim.cost import BatchShape
 from feather_sched.workloads import make_workload
@@ -589,6 +590,8 @@ def run_repetition(
             label = f"{scenario.name}/{wname}/{pname}/{rep}"
             tick(label)
             row = run_once(engine, requests, label, record_shapes)
+            if pname != BASELINE:
+                row.update(policy_counters(scheduler_of(engine).feather.policy))
             if state is not None:
                 scheduler_of(engine).feather.policy.save(state)
             yield (wname, pname), row

@@ -112,5 +112,23 @@ def is_decode_step(batch_size: int, prefill_tokens: int) -> bool:
     return prefill_tokens <= batch_size
 
 
+_COUNTERS = {
+    "decisions": "policy_decisions",
+    "stops": "policy_stops",
+    "explorations": "policy_explorations",
+    "starvation_admits": "starvation_admits",
+}
+
+
+def policy_counters(policy: Policy) -> dict[str, int]:
+    """What a learning policy says of itself this run, for a bench row: ADD/STOP questions
+    it answered, STOPs, exploratory STOPs, starvation admits (absent where it has none)."""
+    return {
+        out: int(getattr(policy, attr))
+        for attr, out in _COUNTERS.items()
+        if isinstance(getattr(policy, attr, None), int)
+    }
+
+
 class PolicyError(RuntimeError):
     """A policy broke its contract (yielded an unknown or duplicate id)."""

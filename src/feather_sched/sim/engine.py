@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from feather_sched.index.cht import ChunkedHashTree, chunk_digests
-from feather_sched.policies.base import Policy, PolicyError
+from feather_sched.policies.base import Policy, PolicyError, policy_counters
 from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
@@ -303,24 +303,9 @@ class Simulator:
                 "engine_admit_us_per_step": engine_admit_time / max(1, step_idx) * 1e6,
                 "sched_us_per_decision": sched_time / max(1, self._decisions) * 1e6,
                 "decisions": self._decisions,
-                **self._policy_counters(),
+                **policy_counters(self.policy),
             },
         )
-
-    def _policy_counters(self) -> dict[str, int]:
-        """What a learning policy says of itself: ADD/STOP questions it answered, STOPs,
-        exploratory STOPs and starvation admits (absent for policies without them)."""
-        names = {
-            "decisions": "policy_decisions",
-            "stops": "policy_stops",
-            "explorations": "policy_explorations",
-            "starvation_admits": "starvation_admits",
-        }
-        return {
-            out: int(getattr(self.policy, attr))
-            for attr, out in names.items()
-            if isinstance(getattr(self.policy, attr, None), int)
-        }
 
     # ------------------------------------------------------------------ internals
     def _shared_span(self, scheduled: list) -> float:
