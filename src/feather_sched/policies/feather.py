@@ -3,9 +3,9 @@
 Candidates come from the CHT (the waiting request sharing the most chunks with the running
 batch; the oldest waiting one when none shares anything). For each, a contextual bandit picks
 ADD or STOP from a small discrete state (`features.DecisionState`: batch-size bin, bin of
-shared-prefix chunks the candidate would bring in, bin of its waiting group's size). When the
-candidate loses no prefix (it joins a running prefix, shares nothing
-with anyone, or the batch is empty) it is added without asking.
+shared-prefix chunks the candidate would bring in, bin of its waiting group's size). Only a
+candidate that would open a new prefix group in a non-empty batch is asked about; one whose
+group already runs, that shares nothing with anyone, or that meets an empty batch is added.
 
 Reward = batch size / step time (tokens per second), credited to a decision over a window:
 its own step, charged only its *marginal* time (the step's time minus what its prefill tokens
@@ -28,12 +28,12 @@ before any reward has arrived: in a burst where everything arrives at once, the 
 admission wave is the only chance to see a homogeneous batch at all.
 
 With a step-cost model of the hardware (`hardware` and `model` profiles: the one
-`feather calibrate` fits for a real engine), each decision also gets a prior: the model's
-decode throughput of the batch after STOP against after ADD (the candidate's whole waiting
-group joins with its prefix), as a relative gain with standard error `prior_error` (the
-model's error; calibration reports it). Prior and rewards combine by precision
-(`bandit.combine`), so in a one-shot burst, where the first admissions decide the whole run
-before any reward arrives, the model decides, and in a long run the measured rewards do.
+`feather calibrate` fits for a real engine), each decision also gets a prior: the time the
+model predicts for serving the running batch and the candidate's waiting group together
+(ADD) or one after the other (STOP), as a relative gain with standard error `prior_error`.
+Prior and rewards combine by precision (`bandit.combine`), so in a one-shot burst, where the
+first admissions decide the whole run before any reward arrives, the model decides, and in a
+long run the measured rewards do.
 
 Learning generalises through back-off: a state with fewer than two rewards for either action
 decides from a coarse state, (candidate's group bin - batch bin, lost bin), shared by every
@@ -104,6 +104,10 @@ class FeatherPolicy(Policy):
         kernel: str = "paged",
         prior_error: float = 0.05,
     ) -> None:
+        """`alpha`: exploration budget, a fraction of the rewards received; `confidence`:
+        standard errors STOP's lead must clear; `prior_error`: standard error of the cost
+        model's relative gain (smaller than its step-time error, as both plans share its
+        bias); `hardware`/`model`/`kernel`: the step-cost model (none: no prior)."""
         if horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {horizon}")
         if max_wait_s <= 0:
@@ -125,7 +129,7 @@ class FeatherPolicy(Policy):
         self.max_wait_s = max_wait_s
         self.learn = learn
         self.table = BanditTable(confidence)
-        self.reward_scale = 0.0  # best decode-step tokens/s seen: UCB's unit
+        self.reward_scale = 0.0  # best decode-step tokens/s seen: the unit of gains
         self.sec_per_token = math.inf  # best step seconds per scheduled token seen
         if policy_state is not None:
             self.load(policy_state)
@@ -189,10 +193,10 @@ class FeatherPolicy(Policy):
 
         Two plans for the running batch (`state.batch` requests in `num_running_roots`
         groups) and the candidate's whole waiting group (once a group runs, its members join
-        unasked as slots free up), each decoding the
-        candidate's output length: ADD decodes them together; STOP lets the batch decode
-        alone, then the group alone. The gain is STOP's time saving relative to the slower
-        plan (both also pay the group's prefill, counted in the denominator). A marginal
+        unasked as slots free up), each decoding the candidate's output length: ADD decodes
+        them together; STOP lets the batch decode alone, then the group alone. The gain is
+        STOP's time saving relative to the slower plan (both also pay the group's prefill,
+        counted in the denominator). A marginal
         comparison (the batch with the group against without it) misses that a STOP lets a
         mixed batch drain back to homogeneous ones. The batch's groups are taken to share
         a prefix as long as its oldest request's (`running_shared_chunks`).
