@@ -196,10 +196,10 @@ class FeatherPolicy(Policy):
         unasked as slots free up), each decoding the candidate's output length: ADD decodes
         them together; STOP lets the batch decode alone, then the group alone. The gain is
         STOP's time saving relative to the slower plan (both also pay the group's prefill,
-        counted in the denominator). A marginal
-        comparison (the batch with the group against without it) misses that a STOP lets a
-        mixed batch drain back to homogeneous ones. The batch's groups are taken to share
-        a prefix as long as its oldest request's (`running_shared_chunks`).
+        counted in the denominator). A marginal comparison (the batch with the group against
+        without it) misses that a STOP lets a mixed batch drain back to homogeneous ones.
+        The batch's groups are taken to share a prefix as long as its oldest request's
+        (`running_shared_chunks`).
         """
         if self.cost is None:
             return None
