@@ -140,8 +140,6 @@ _KV_BOUND = EngineScale(
 
 ENGINE_SCALES: dict[str, EngineScale] = {"tiny-llama": _TINY, "kv-bound": _KV_BOUND}
 """Bench settings per built-in engine model (`--model NAME`); a model directory uses tiny's."""
-TINY_WORKLOADS = {name: kw for name, (_, kw) in _TINY.workloads.items()}
-DEFAULT_WORKLOADS = _TINY.default_workloads
 
 
 def engine_scale(model: str | None) -> EngineScale:

@@ -37,9 +37,6 @@ class DecisionState:
         new prefix group in the batch (0: its group already runs, or it shares nothing)."""
         return max(0, self.depth - self.matched_chunks)
 
-    def bins(self) -> tuple[int, int, int]:
-        return (log2_bin(self.batch, 9), log2_bin(self.lost_chunks, 8), log2_bin(self.group, 8))
-
     def group_bins(self) -> tuple[int, int, int]:
         """(batch, new chunks, group) bins: the state of a decision to open a new group."""
         return (log2_bin(self.batch, 9), log2_bin(self.new_chunks, 8), log2_bin(self.group, 8))
