@@ -57,6 +57,7 @@ def test_builtin_names():
     assert list_models() == [
         "kv-bound",
         "llama-3-8b",
+        "llama-3.1-8b",
         "longchat-13b",
         "qwen2.5-0.5b",
         "qwen2.5-1.5b",
@@ -82,6 +83,7 @@ def test_llama3_8b_derived_numbers(llama):
     [
         # Parameter counts from the model cards; KV = 2 * layers * kv_heads * head_dim * 2.
         ("llama-3-8b", 8.03e9, 2 * 32 * 8 * 128 * 2),
+        ("llama-3.1-8b", 8.03e9, 2 * 32 * 8 * 128 * 2),
         ("qwen2.5-0.5b", 0.49e9, 2 * 24 * 2 * 64 * 2),
         ("qwen2.5-1.5b", 1.54e9, 2 * 28 * 2 * 128 * 2),
         ("qwen2.5-7b", 7.61e9, 2 * 28 * 4 * 128 * 2),

@@ -143,3 +143,4 @@ def test_engine_model_spec_matches_its_model_profile(name: str) -> None:
         4,
     )
     assert spec.dtype == "float32"
+    assert m.max_context_tokens == spec.max_position_embeddings

@@ -196,7 +196,7 @@ def test_starvation_guard_bounds_waiting() -> None:
     assert b_wait > 3.0  # starved behind the A stream
 
     guarded_policy = _stop_everywhere()
-    guarded_policy.max_wait_s = 0.5
+    guarded_policy.guard.max_wait_s = 0.5
     guarded = simulate(reqs, guarded_policy, COST, cfg)
     b_wait = max(r.ttft for r in guarded.records if r.request_id.startswith("b"))
     assert b_wait < 0.5 + 0.2

@@ -20,6 +20,7 @@ app = typer.Typer(
 trace_app = typer.Typer(help="Inspect request traces (Mooncake JSONL or Feather JSONL).")
 app.add_typer(trace_app, name="trace")
 console = Console(width=None if sys.stdout.isatty() else 150)
+err_console = Console(stderr=True)
 
 
 @app.callback()
@@ -56,7 +57,7 @@ def bench(
     hardware: str = typer.Option("h100", help="Hardware profile name or JSON file."),
     model: str | None = typer.Option(
         None,
-        help="Model profile name or JSON file (sim; default llama-3-8b). --engine vllm: a "
+        help="Model profile name or JSON file (sim; default llama-3.1-8b). --engine vllm: a "
         "random-weight Llama built locally, tiny-llama (default) or kv-bound (KV-read-bound "
         "decode, its own workloads: paper-32g, paper-4g, no-sharing), or a model directory.",
     ),
@@ -95,6 +96,12 @@ def bench(
         "--async-scheduling",
         help="--engine vllm: run vLLM's async scheduling (the GPU default), also on CPU.",
     ),
+    drop_overlong: bool = typer.Option(
+        False,
+        "--drop-overlong",
+        help="Drop requests longer than the model's context (prompt + output), counted in "
+        "the row as dropped_overlong; without it such a workload is an error.",
+    ),
 ) -> None:
     """Run every policy on every workload (simulated, or on vLLM); table, JSON and a plot."""
     if engine == "vllm":
@@ -112,12 +119,13 @@ def bench(
             policy_state,
             async_scheduling,
             feather_hardware,
+            drop_overlong,
         )
         return
     if engine != "sim":
         raise typer.BadParameter(f"expected sim or vllm, got {engine!r}", param_hint="--engine")
     policies = policies or ",".join(DEFAULT_POLICIES)
-    model = model or "llama-3-8b"
+    model = model or "llama-3.1-8b"
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from feather_sched.bench.machine import machine_info
@@ -142,13 +150,14 @@ def bench(
             engine_overrides=frozenset({"max_num_seqs"} if max_num_seqs else ()),
             policy_state=policy_state,
             feather_hardware=feather_hardware,
+            drop_overlong=drop_overlong,
         )
         spec.validate()
         from feather_sched.sim.cost import StepCostModel
 
         StepCostModel(hardware, model, kernel)  # fail fast on bad profiles
     except ValueError as err:
-        console.print(f"[red]error:[/red] {err}")
+        err_console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None
     total = spec.total_runs()
     with Progress(
@@ -168,7 +177,7 @@ def bench(
             rows = run_bench(spec, on_progress=tick)
         except (ValueError, FileNotFoundError) as err:
             progress.stop()
-            console.print(f"[red]error:[/red] {err}")
+            err_console.print(f"[red]error:[/red] {err}")
             raise typer.Exit(2) from None
     title = f"feather bench: {hardware} + {model}, {kernel} kernel, seed {seed}"
     console.print(results_table(rows, title))
@@ -207,6 +216,7 @@ def _bench_vllm(
     policy_state: Path | None = None,
     async_scheduling: bool = False,
     feather_hardware: str | None = None,
+    drop_overlong: bool = False,
 ) -> None:
     """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
     from dataclasses import asdict
@@ -240,13 +250,14 @@ def _bench_vllm(
         policy_state=policy_state,
         async_scheduling=async_scheduling,
         policy_options=feather_prior_options(feather_hardware, model),
+        drop_overlong=drop_overlong,
     )
     try:
         spec.validate()
         with console.status("vllm bench") as status:
             rows = run_vllm_bench(spec, on_progress=lambda label: status.update(label))
     except (ValueError, RuntimeError, FileNotFoundError) as err:
-        console.print(f"[red]error:[/red] {escape(str(err))}")
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
     mode = ", async scheduling" if async_scheduling else ""
     title = (
@@ -341,7 +352,7 @@ def calibrate(
         with console.status("calibrate") as status:
             report = run_calibration(spec, out, on_progress=lambda label: status.update(label))
     except (ValueError, RuntimeError, FileNotFoundError, KeyError) as err:
-        console.print(f"[red]error:[/red] {escape(str(err))}")
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
     by_kind = ", ".join(f"{k} {v:.1%}" for k, v in report["heldout_mape_by_kind"].items())
     console.print(
@@ -479,7 +490,7 @@ def train_cmd(
     try:
         require_rl()
     except RLMissingError as err:
-        console.print(f"[red]error:[/red] {escape(str(err))}")  # keep ".[rl]" literal
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")  # keep ".[rl]" literal
         raise typer.Exit(2) from None
     names = [w.strip() for item in (workload or []) for w in item.split(",") if w.strip()]
     mix: list[MixEntry] = []
@@ -495,13 +506,13 @@ def train_cmd(
 
         StepCostModel(hardware, model, kernel)  # fail fast on bad profiles
     except (ValueError, FileNotFoundError) as err:
-        console.print(f"[red]error:[/red] {err}")
+        err_console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None
     config = TrainConfig(steps=steps, seed=seed, hardware=hardware, model=model, kernel=kernel)
     try:
         report = train(out, config, mix)
     except RuntimeError as err:
-        console.print(f"[red]error:[/red] {err}")
+        err_console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None
     curve = report.episode_tok_s
     console.print(
@@ -546,7 +557,7 @@ def trace_stats_cmd(
         with console.status("computing shared prefixes"):
             stats = trace_stats(requests)
     except TraceFormatError as err:
-        console.print(f"[red]error:[/red] {err}")
+        err_console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None
     console.print(render_stats(stats, title=f"Trace {path.name}"))
     if json_out is not None:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from feather_sched.bench.context import fit_context
 from feather_sched.bench.oracle import default_caps, oracle_sweep
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.registry import make_policy, policy_names
@@ -78,7 +79,7 @@ class BenchSpec:
     workloads: Sequence[str] = tuple(DEFAULT_WORKLOADS)
     policies: Sequence[str] = tuple(DEFAULT_POLICIES)
     hardware: str = "h100"
-    model: str = "llama-3-8b"
+    model: str = "llama-3.1-8b"
     kernel: str = "paged"
     seed: int = 0
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -90,6 +91,9 @@ class BenchSpec:
     feather_hardware: str | None = None
     """Hardware profile `feather` takes as its step-cost prior: None, the bench's own (a
     calibrated deployment); "none", no prior; any other, a mismatched model."""
+    drop_overlong: bool = False
+    """Drop requests longer than the model's context (counted in the row) instead of
+    refusing the run (`bench.context`)."""
 
     def feather_options(self) -> dict:
         hw = self.feather_hardware or self.hardware
@@ -147,8 +151,14 @@ def run_bench(
         shared_feather = FeatherPolicy(
             policy_state=spec.policy_state if warm else None, **spec.feather_options()
         )
-    for wname in spec.workloads:
+    limit = cost.model.max_context_tokens
+    workloads = {}
+    for wname in spec.workloads:  # all checked before any run starts
         requests = build_workload(wname).generate(spec.seed)
+        workloads[wname] = fit_context(
+            requests, limit, spec.drop_overlong, f"{wname} on {spec.model}"
+        )
+    for wname, (requests, dropped) in workloads.items():
         engine = spec.engine_for(wname)
         for pname in spec.policies:
             label = f"{wname} / {pname}"
@@ -166,7 +176,12 @@ def run_bench(
                     policy = make_policy(pname)
                 result = simulate(requests, policy, cost, engine)
                 tick(label)
-            row = {"workload": wname, "max_num_seqs": engine.max_num_seqs, **result.summary()}
+            row = {
+                "workload": wname,
+                "max_num_seqs": engine.max_num_seqs,
+                **result.summary(),
+                "dropped_overlong": dropped,
+            }
             rows.append(row)
     if shared_feather is not None and spec.policy_state is not None:
         shared_feather.save(spec.policy_state)

@@ -26,6 +26,7 @@ import math
 import os
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,9 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from feather_sched.bench.context import fit_context
 from feather_sched.policies.base import policy_counters
 from feather_sched.request import Request
 from feather_sched.sim.cost import BatchShape
+from feather_sched.sim.result import preemption_spread
 from feather_sched.workloads import make_workload
 
 BASELINE = "vllm"
@@ -172,6 +175,9 @@ class VllmBenchSpec:
     policy_state: Path | None = None
     """The `feather` bandit's table: loaded before each feather run if the file exists and
     saved after it, so the bandit learns across runs and scenarios as a deployment would."""
+    drop_overlong: bool = False
+    """Drop requests longer than `max_model_len` (counted in the rows) instead of refusing
+    the run: vLLM would reject them."""
 
     @property
     def scale(self) -> EngineScale:
@@ -380,7 +386,8 @@ class _StepProbe:
         self.steps = 0
         self.batch = 0
         self.groups = 0
-        self.preemptions = 0
+        self.preempted: Counter[str] = Counter()  # request id -> times preempted
+        self.preempted_kv_tokens = 0
         self.sched_s = 0.0
         self._schedule = sched.schedule
         self._preempt = sched._preempt_request
@@ -401,7 +408,8 @@ class _StepProbe:
         return out
 
     def _on_preempt(self, request, *args, **kwargs):
-        self.preemptions += 1
+        self.preempted[request.request_id] += 1
+        self.preempted_kv_tokens += request.num_computed_tokens  # dropped, to be recomputed
         return self._preempt(request, *args, **kwargs)
 
     def close(self) -> None:
@@ -488,7 +496,9 @@ def run_once(
         "latency_p50_s": round(float(np.percentile(latency, 50)), 4),
         "sched_us_per_step": round(probe.sched_s / steps * 1e6, 2),
         "steps": probe.steps,
-        "preemptions": probe.preemptions,
+        "preemptions": probe.preempted.total(),
+        **preemption_spread([probe.preempted[rid] for rid in group]),
+        "preempted_kv_tokens": probe.preempted_kv_tokens,
         "busy_s": round(busy, 4),
         **({"step_shapes": probe.shapes} if probe.shapes is not None else {}),
     }
@@ -522,10 +532,17 @@ def run_vllm_bench(
     tick = on_progress or (lambda _label: None)
     with _env(VLLM_ENABLE_V1_MULTIPROCESSING="0"):
         path, dtype, vocab = model_dir(spec, cache)
-        workloads = {w: engine_workload(w, vocab, spec.seed, spec.scale) for w in spec.workloads}
+        assert spec.max_model_len is not None  # resolved
+        workloads, dropped = {}, {}
+        for w in spec.workloads:  # all checked before any engine starts
+            requests = engine_workload(w, vocab, spec.seed, spec.scale)
+            workloads[w], dropped[w] = fit_context(
+                requests, spec.max_model_len, spec.drop_overlong, f"{w} (max_model_len)"
+            )
         rows: list[dict[str, Any]] = []
         for scenario in spec.scenarios:
-            rows += _run_scenario(spec, scenario, path, dtype, vocab, workloads, tick)
+            for row in _run_scenario(spec, scenario, path, dtype, vocab, workloads, tick):
+                rows.append({**row, "dropped_overlong": dropped[row["engine_workload"]]})
             # This scenario's engines are unreachable now; collect them before the next
             # ones start (an engine torn down later would take the process-wide
             # torch.distributed groups the live engines use with it).
@@ -587,11 +604,15 @@ def run_repetition(
                 _set_policy(engine, pname, options)
             label = f"{scenario.name}/{wname}/{pname}/{rep}"
             tick(label)
+            feather = scheduler_of(engine).feather if pname != BASELINE else None
+            forced = feather.stats.forced if feather else 0  # counted over the engine's life
             row = run_once(engine, requests, label, record_shapes)
-            if pname != BASELINE:
-                row.update(policy_counters(scheduler_of(engine).feather.policy))
-            if state is not None:
-                scheduler_of(engine).feather.policy.save(state)
+            if feather is not None:
+                row.update(policy_counters(feather.policy))
+                never_stall = feather.stats.forced - forced
+                row["forced_admissions"] = never_stall + row.get("starvation_admits", 0)
+            if state is not None and feather is not None:
+                feather.policy.save(state)
             yield (wname, pname), row
 
 
@@ -601,7 +622,14 @@ def median_rows(
     rows = []
     for (wname, pname), results in runs.items():
         row = _median_row(f"{wname} ({scenario.name})", pname, results)
-        rows.append({**row, "kv_blocks": scenario.num_blocks, "scenario": scenario.name})
+        rows.append(
+            {
+                **row,
+                "kv_blocks": scenario.num_blocks,
+                "scenario": scenario.name,
+                "engine_workload": wname,
+            }
+        )
     return rows
 
 

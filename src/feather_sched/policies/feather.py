@@ -38,8 +38,8 @@ long run the measured rewards do.
 Learning generalises through back-off: a state with fewer than two rewards for either action
 decides from a coarse state, (candidate's group bin - batch bin, lost bin), shared by every
 batch size where the candidate's group is as large relative to the batch. The table can be
-saved and loaded so a deployment starts warm. A request waiting longer than `max_wait_s` is
-admitted first and regardless of the bandit, so nothing starves.
+saved and loaded so a deployment starts warm. Nothing starves: `starvation.StarvationGuard`
+admits an over-age queue head first, within a bounded share of admissions.
 """
 
 from __future__ import annotations
@@ -51,10 +51,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from feather_sched.policies.bandit import ADD, STOP, BanditTable
+from feather_sched.policies.bandit import STOP, BanditTable
 from feather_sched.policies.base import Policy, SchedulerView, is_decode_step
 from feather_sched.policies.features import DecisionState, decision_state
 from feather_sched.policies.grouped import grouped_candidates
+from feather_sched.policies.starvation import StarvationGuard
 from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
 
 _STATE_VERSION = 4
@@ -97,6 +98,8 @@ class FeatherPolicy(Policy):
         initial_budget: float = 1.0,
         horizon: int = 4,
         max_wait_s: float = 60.0,
+        starvation_share: float = 0.25,
+        wait_factor: float = 2.0,
         learn: bool = True,
         policy_state: str | Path | None = None,
         hardware: str | None = None,
@@ -107,11 +110,10 @@ class FeatherPolicy(Policy):
         """`alpha`: exploration budget, a fraction of the rewards received; `confidence`:
         standard errors STOP's lead must clear; `prior_error`: standard error of the cost
         model's relative gain (smaller than its step-time error, as both plans share its
-        bias); `hardware`/`model`/`kernel`: the step-cost model (none: no prior)."""
+        bias); `hardware`/`model`/`kernel`: the step-cost model (none: no prior);
+        `max_wait_s`, `starvation_share`, `wait_factor`: the starvation guard's."""
         if horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {horizon}")
-        if max_wait_s <= 0:
-            raise ValueError(f"max_wait_s must be > 0, got {max_wait_s}")
         if not 0 <= alpha < 1:
             raise ValueError(f"alpha must be in [0, 1), got {alpha}")
         if initial_budget < 0:
@@ -126,7 +128,7 @@ class FeatherPolicy(Policy):
         self.confidence = confidence
         self.initial_budget = initial_budget
         self.horizon = horizon
-        self.max_wait_s = max_wait_s
+        self.guard = StarvationGuard(max_wait_s, starvation_share, wait_factor)
         self.learn = learn
         self.table = BanditTable(confidence)
         self.reward_scale = 0.0  # best decode-step tokens/s seen: the unit of gains
@@ -145,25 +147,21 @@ class FeatherPolicy(Policy):
 
     def _reset_run(self) -> None:
         self._windows: list[_Window] = []
-        self._forced: set[str] = set()
+        self._forced: str | None = None
+        self.guard.reset()
         self.budget = self.initial_budget
         self.decisions = 0
         self.stops = 0
         self.explorations = 0
-        self.starvation_admits = 0
+
+    @property
+    def starvation_admits(self) -> int:
+        return self.guard.forced
 
     def candidates(self, view: SchedulerView) -> Iterator[str]:
-        # Starvation guard: queue order is arrival order, so starving requests are at its head.
-        # Only the head is scanned (no copy of the queue): the loop ends before any yield.
-        self._forced.clear()
-        now = view.now
-        forced = []
-        for rid in view.waiting_ids():
-            if now - view.arrival_time(rid) <= self.max_wait_s:
-                break
-            forced.append(rid)
-        self._forced.update(forced)
-        yield from forced
+        self._forced = self.guard.pick(view)
+        if self._forced is not None:
+            yield self._forced
         yield from grouped_candidates(view)
 
     def follows_queue_order(self, view: SchedulerView) -> bool:
@@ -172,13 +170,13 @@ class FeatherPolicy(Policy):
         return view.index.num_shared_roots == 0
 
     def accept(self, view: SchedulerView, request_id: str) -> bool:
-        if request_id in self._forced:
-            self.starvation_admits += 1
-            return True
-        state = decision_state(view.index, request_id)
-        if not self.asks(state):
-            return True
-        return self.decide(state, self.prior(view, state, request_id)) == ADD
+        forced = request_id == self._forced
+        if not forced:
+            state = decision_state(view.index, request_id)
+            if self.asks(state) and self.decide(state, self.prior(view, state, request_id)) == STOP:
+                return False
+        self.guard.admitted(view, request_id, forced)
+        return True
 
     def asks(self, state: DecisionState) -> bool:
         """A decision is needed only to open a new prefix group in a non-empty batch: the

@@ -43,6 +43,7 @@ class _Seq:
     first_token_at: float | None = None
     finished_at: float | None = None
     preemptions: int = 0
+    computed_max: int = 0  # most KV tokens it ever held: prefill below it is recompute
 
 
 class Simulator:
@@ -137,6 +138,7 @@ class Simulator:
         engine_admit_time = 0.0
         forced = 0
         num_preempt = 0
+        recomputed = 0
         wall_start = time.perf_counter()
         total = len(order)
         finished = 0
@@ -267,7 +269,10 @@ class Simulator:
             # ---- emit tokens, finish requests
             for seq, n in scheduled:
                 rid = seq.req.request_id
+                if seq.prefilling and seq.num_computed < seq.computed_max:
+                    recomputed += min(seq.num_computed + n, seq.computed_max) - seq.num_computed
                 seq.num_computed += n
+                seq.computed_max = max(seq.computed_max, seq.num_computed)
                 if seq.prefilling:
                     if seq.num_computed < seq.prefill_target:
                         continue
@@ -289,6 +294,7 @@ class Simulator:
                 self._progress(finished, total)
 
         self._check_end(records, total)
+        counters = policy_counters(self.policy)
         return SimResult(
             policy=self.policy.name,
             records=records,
@@ -296,14 +302,15 @@ class Simulator:
             sched_cpu_s=sched_time,
             wall_s=time.perf_counter() - wall_start,
             preemptions=num_preempt,
-            forced_admissions=forced,
+            forced_admissions=forced + counters.get("starvation_admits", 0),
             prefix_hit_rate=self.kv.prefix_cache_hit_rate,
             num_kv_blocks=self.num_kv_blocks,
             extra={
                 "engine_admit_us_per_step": engine_admit_time / max(1, step_idx) * 1e6,
                 "sched_us_per_decision": sched_time / max(1, self._decisions) * 1e6,
                 "decisions": self._decisions,
-                **policy_counters(self.policy),
+                "recomputed_tokens": recomputed,
+                **counters,
             },
         )
 

@@ -44,6 +44,17 @@ TIMING_KEYS = frozenset(
 )
 
 
+def preemption_spread(per_request: list[int]) -> dict[str, float]:
+    """How preemptions fall on requests: the most any one suffered, and the 99th percentile
+    (thrash shows as a few long prompts preempted tens of times)."""
+    if not per_request:
+        return {"preempt_max": 0, "preempt_p99": 0.0}
+    return {
+        "preempt_max": int(max(per_request)),
+        "preempt_p99": round(float(np.percentile(per_request, 99)), 2),
+    }
+
+
 @dataclass
 class SimResult:
     policy: str
@@ -53,6 +64,8 @@ class SimResult:
     wall_s: float
     preemptions: int
     forced_admissions: int
+    """Admissions made against the policy's order: the host's never-stall admissions (the
+    policy stopped while nothing ran) plus the policy's own starvation admits."""
     prefix_hit_rate: float
     num_kv_blocks: int
     extra: dict = field(default_factory=dict)
@@ -103,6 +116,7 @@ class SimResult:
             "sched_us_per_step": round(self.sched_cpu_s / steps * 1e6, 2),
             "steps": self.num_steps,
             "preemptions": self.preemptions,
+            **preemption_spread([r.preemptions for r in self.records]),
             "forced_admissions": self.forced_admissions,
             "prefix_hit_rate": round(self.prefix_hit_rate, 4),
             "sim_wall_s": round(self.wall_s, 3),

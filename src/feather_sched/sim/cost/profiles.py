@@ -70,6 +70,11 @@ def _positive_int(v: Any) -> str | None:
     return None if ok else "must be an integer > 0"
 
 
+def _non_negative_int(v: Any) -> str | None:
+    ok = isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    return None if ok else "must be an integer >= 0"
+
+
 def _boolean(v: Any) -> str | None:
     return None if isinstance(v, bool) else "must be true or false"
 
@@ -289,6 +294,8 @@ class ModelProfile(_ProfileIO):
     kv_dtype_bytes: float | None = None
     tie_word_embeddings: bool = False
     attention_bias: bool = False
+    max_context_tokens: int = 0
+    """Longest sequence (prompt + output) the model serves; 0 = unknown, not checked."""
     hf_repo: str = ""
     description: str = ""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -306,6 +313,7 @@ class ModelProfile(_ProfileIO):
         "kv_dtype_bytes": lambda v: None if v is None else _positive(v),
         "tie_word_embeddings": _boolean,
         "attention_bias": _boolean,
+        "max_context_tokens": _non_negative_int,
         "hf_repo": _text,
         "description": _text,
     }
