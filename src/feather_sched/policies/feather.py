@@ -59,6 +59,8 @@ from feather_sched.policies.starvation import StarvationGuard
 from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
 
 _STATE_VERSION = 4
+PRIOR_CACHE_SIZE = 4096
+"""Plan sizes whose prior gain is kept (cleared when full: a cache, never a table)."""
 
 
 @dataclass(slots=True)
@@ -99,7 +101,7 @@ class FeatherPolicy(Policy):
         horizon: int = 4,
         max_wait_s: float = 60.0,
         starvation_share: float = 0.25,
-        wait_factor: float = 2.0,
+        wait_factor: float = 1.0,
         learn: bool = True,
         policy_state: str | Path | None = None,
         hardware: str | None = None,
@@ -123,6 +125,7 @@ class FeatherPolicy(Policy):
         if prior_error <= 0:
             raise ValueError(f"prior_error must be > 0, got {prior_error}")
         self.cost = None if hardware is None else StepCostModel(hardware, model, kernel)
+        self._priors: dict[tuple[int, ...], float] = {}
         self.prior_error = prior_error
         self.alpha = alpha
         self.confidence = confidence
@@ -208,6 +211,20 @@ class FeatherPolicy(Policy):
         running = index.running_shared_chunks() * index.chunk_size or prefix
         b, g = state.batch, max(1, min(state.batch, index.num_running_roots))
         n = max(1, min(state.group, view.max_num_seqs))  # once open, the group floods in
+        plans = (b, g, n, prefix, suffix, running, req.output_len)
+        gain = self._priors.get(plans)
+        if gain is None:
+            if len(self._priors) >= PRIOR_CACHE_SIZE:
+                self._priors.clear()
+            gain = self._priors[plans] = self._plan_gain(*plans)
+        return gain, self.prior_error
+
+    def _plan_gain(
+        self, b: int, g: int, n: int, prefix: int, suffix: int, running: int, steps: int
+    ) -> float:
+        """`prior`'s relative gain for one set of plan sizes (cached: under a backlog the
+        same candidate is asked about step after step)."""
+        assert self.cost is not None
         sizes = [b // g + (i < b % g) for i in range(g)]
         t, decode = self.cost.step_time, BatchShape.shared_prefix_decode
         tokens = prefix + n * suffix
@@ -220,11 +237,10 @@ class FeatherPolicy(Policy):
                 num_prefill_seqs=n,
             )
         )
-        steps = req.output_len
         batch, group = decode(sizes, running, suffix), decode([n], prefix, suffix)
         stop = steps * (t(batch) + t(group))
         add = steps * t(mix(batch, group))
-        return (add - stop) / (max(add, stop) + prefill), self.prior_error
+        return (add - stop) / (max(add, stop) + prefill)
 
     def decide(self, state: DecisionState, prior: tuple[float, float] | None = None) -> int:
         """ADD or STOP for a candidate that opens a new prefix group; records it for

@@ -15,13 +15,15 @@ Bins are logarithmic so one table covers batches of 1 to 1,000 and prompts of an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from feather_sched.index.cht import ChunkedHashTree
 
 
-@dataclass(frozen=True, slots=True)
-class DecisionState:
+class DecisionState(NamedTuple):
+    """Made for every candidate a learner sees: a named tuple, as a frozen dataclass costs
+    more to build (`decision_state` measured 5.6 us with one, 3.7 with this)."""
+
     batch: int
     lost_chunks: int
     group: int

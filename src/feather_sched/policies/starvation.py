@@ -32,7 +32,7 @@ WAIT_AVERAGE_WEIGHT = 1 / 64
 class StarvationGuard:
     """Which queue head, if any, a policy must admit first this step (see the module doc)."""
 
-    def __init__(self, max_wait_s: float = 60.0, share: float = 0.25, wait_factor: float = 2.0):
+    def __init__(self, max_wait_s: float = 60.0, share: float = 0.25, wait_factor: float = 1.0):
         if max_wait_s <= 0:
             raise ValueError(f"max_wait_s must be > 0, got {max_wait_s}")
         if not 0 < share <= 1:
