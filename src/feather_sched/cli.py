@@ -188,6 +188,7 @@ def bench(
             "model": model,
             "kernel": kernel,
             "seed": seed,
+            "drop_overlong": drop_overlong,
             "engine": {
                 "max_num_seqs": max_num_seqs,
                 "max_num_batched_tokens": max_batched_tokens,

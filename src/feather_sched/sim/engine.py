@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from feather_sched.index.cht import ChunkedHashTree, chunk_digests
 from feather_sched.policies.base import Policy, PolicyError, policy_counters
@@ -44,6 +44,27 @@ class _Seq:
     finished_at: float | None = None
     preemptions: int = 0
     computed_max: int = 0  # most KV tokens it ever held: prefill below it is recompute
+
+
+@dataclass(eq=False, slots=True)
+class _Run:
+    """One run's progress and counters (the engine's queues live on the Simulator)."""
+
+    pending: list[Request]  # every request, in arrival order; `cursor` marks the released
+    deps: dict[str, str]  # request id -> the request it waits for (a conversation's turns)
+    total: int
+    cursor: int = 0
+    blocked: dict[str, list[Request]] = field(default_factory=dict)  # parent -> children
+    step: int = 0
+    finished: int = 0
+    records: list[RequestRecord] = field(default_factory=list)
+    log: StepLog = field(default_factory=StepLog)
+    policy_s: float = 0.0  # CPU time inside the policy
+    engine_admit_s: float = 0.0  # CPU time of the engine's own admission bookkeeping
+    forced: int = 0
+    preemptions: int = 0
+    recomputed: int = 0
+    wall_start: float = field(default_factory=time.perf_counter)
 
 
 class Simulator:
@@ -115,201 +136,226 @@ class Simulator:
 
     # ------------------------------------------------------------------ run
     def run(self, requests: Sequence[Request]) -> SimResult:
-        cfg = self.config
+        """Serve `requests` to completion. Each step is six phases: release arrivals, serve
+        the running requests, admit waiting ones, cost the step, emit tokens, feed back."""
+        run = self._start(requests)
+        while run.finished < run.total:
+            run.step += 1
+            if run.step > self.config.max_steps:
+                raise SimulationError(f"exceeded max_steps={self.config.max_steps}")
+            self._release_arrivals(run)
+            if not self._running and not self._waiting:
+                self._idle_until_next_arrival(run)
+                continue
+            scheduled, budget, preempted = self._serve_running(run)
+            self._admit_waiting(run, scheduled, budget, preempted)
+            dt, prefill_tokens = self._cost_step(run, scheduled)
+            self._emit(run, scheduled)
+            self._feedback(run, dt, len(scheduled), prefill_tokens)
+        return self._result(run)
+
+    def _start(self, requests: Sequence[Request]) -> _Run:
+        """Check the workload (unique ids, known dependencies) and set up the run."""
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
             seen: set[str] = set()
             dup = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
             raise ValueError(f"duplicate request id {dup!r} in the workload")
-        self.policy.reset()
         order = sorted(requests, key=lambda r: r.arrival_time)
-        deps = {r.request_id: r.meta.get("depends_on") for r in order if r.meta.get("depends_on")}
+        deps = {r.request_id: r.meta["depends_on"] for r in order if r.meta.get("depends_on")}
         id_set = set(ids)
         for rid, dep in deps.items():
             if dep not in id_set:
                 raise ValueError(f"request {rid!r} depends on unknown request {dep!r}")
-        pending = list(order)  # not yet released, in arrival order
-        blocked: dict[str, list[Request]] = {}  # dependency id -> requests waiting on it
-        released = 0
-        cursor = 0
-        steps = StepLog()
-        records: list[RequestRecord] = []
-        sched_time = 0.0
-        engine_admit_time = 0.0
-        forced = 0
-        num_preempt = 0
-        recomputed = 0
-        wall_start = time.perf_counter()
-        total = len(order)
-        finished = 0
+        self.policy.reset()
         self._now = order[0].arrival_time if order else 0.0
-        step_idx = 0
+        return _Run(pending=order, deps=deps, total=len(order))
 
-        def release(req: Request, at: float) -> None:
-            nonlocal released
-            seq = _Seq(req, block_hashes(req.prompt, cfg.block_size), released_at=at)
-            seq.prefill_target = req.prompt_len
-            self._seqs[req.request_id] = seq
-            self._waiting[req.request_id] = seq
-            self.index.add(req.request_id, digests=chunk_digests(req.prompt, cfg.index_chunk_size))
-            released += 1
+    def _release(self, req: Request, at: float) -> None:
+        """A request enters the waiting queue (and the CHT) at time `at`."""
+        bs = self.config.block_size
+        seq = _Seq(req, block_hashes(req.prompt, bs), released_at=at)
+        seq.prefill_target = req.prompt_len
+        self._seqs[req.request_id] = seq
+        self._waiting[req.request_id] = seq
+        digests = chunk_digests(req.prompt, self.config.index_chunk_size)
+        self.index.add(req.request_id, digests=digests)
 
-        while finished < total:
-            step_idx += 1
-            if step_idx > cfg.max_steps:
-                raise SimulationError(f"exceeded max_steps={cfg.max_steps}")
-            # ---- arrivals
-            while cursor < len(pending) and pending[cursor].arrival_time <= self._now:
-                req = pending[cursor]
-                cursor += 1
-                dep = deps.get(req.request_id)
-                dep_seq = self._seqs.get(dep) if dep is not None else None
-                if dep is not None and (dep_seq is None or dep_seq.finished_at is None):
-                    blocked.setdefault(dep, []).append(req)  # released when `dep` finishes
-                else:
-                    release(req, req.arrival_time)
-            if not self._running and not self._waiting:
-                if cursor < len(pending):
-                    self._now = max(self._now, pending[cursor].arrival_time)
-                    continue
-                raise SimulationError(
-                    f"{total - finished} requests can never run (blocked on dependencies: "
-                    f"{sorted(blocked)[:5]})"
-                )
+    def _release_arrivals(self, run: _Run) -> None:
+        """Requests that have arrived by now; one whose parent is unfinished waits for it."""
+        pending = run.pending
+        while run.cursor < len(pending) and pending[run.cursor].arrival_time <= self._now:
+            req = pending[run.cursor]
+            run.cursor += 1
+            dep = run.deps.get(req.request_id)
+            dep_seq = self._seqs.get(dep) if dep is not None else None
+            if dep is not None and (dep_seq is None or dep_seq.finished_at is None):
+                run.blocked.setdefault(dep, []).append(req)  # released when `dep` finishes
+            else:
+                self._release(req, req.arrival_time)
 
-            # ---- serve running requests first
-            budget = cfg.max_num_batched_tokens
-            scheduled: list[tuple[_Seq, int]] = []
-            preempted = False
-            running = self._running
-            for rid in list(running):
-                seq = running.get(rid)
-                if seq is None:  # preempted earlier in this loop
-                    continue
-                if budget <= 0:
+    def _idle_until_next_arrival(self, run: _Run) -> None:
+        if run.cursor < len(run.pending):
+            self._now = max(self._now, run.pending[run.cursor].arrival_time)
+            return
+        raise SimulationError(
+            f"{run.total - run.finished} requests can never run (blocked on dependencies: "
+            f"{sorted(run.blocked)[:5]})"
+        )
+
+    def _serve_running(self, run: _Run) -> tuple[list[tuple[_Seq, int]], int, bool]:
+        """Running requests first, in admission order: a decode token each or the next
+        prefill chunk, growing their KV; when blocks run out the most recently admitted
+        request is preempted (as vLLM V1 does). Returns (scheduled, token budget left,
+        whether anything was preempted)."""
+        budget = self.config.max_num_batched_tokens
+        scheduled: list[tuple[_Seq, int]] = []
+        preempted = False
+        running = self._running
+        for rid in list(running):
+            seq = running.get(rid)
+            if seq is None:  # preempted earlier in this loop
+                continue
+            if budget <= 0:
+                break
+            need = min(seq.prefill_target - seq.num_computed, budget) if seq.prefilling else 1
+            while not self.kv.grow(rid, seq.num_computed + need):
+                victim_id = next(reversed(running))
+                self._preempt(victim_id)
+                run.preemptions += 1
+                preempted = True
+                if victim_id == rid:
                     break
-                need = min(seq.prefill_target - seq.num_computed, budget) if seq.prefilling else 1
-                while not self.kv.grow(rid, seq.num_computed + need):
-                    victim_id = next(reversed(running))
-                    self._preempt(victim_id)
-                    num_preempt += 1
-                    preempted = True
-                    if victim_id == rid:
-                        break
-                if rid not in running:
+            if rid not in running:
+                continue
+            if seq.prefilling:
+                self._commit(seq, seq.num_computed + need)
+            scheduled.append((seq, need))
+            budget -= need
+        return scheduled, budget, preempted
+
+    def _admit_waiting(
+        self, run: _Run, scheduled: list[tuple[_Seq, int]], budget: int, preempted: bool
+    ) -> None:
+        """The policy's admissions; never a stall. vLLM admits nothing in a step that
+        preempted, unless nothing is left running."""
+        cfg = self.config
+        running = self._running
+        can_admit = not preempted or not running
+        if not (can_admit and self._waiting and budget > 0 and len(running) < cfg.max_num_seqs):
+            return
+        t0 = time.perf_counter()
+        policy_s = self._admit(budget, scheduled)
+        run.policy_s += policy_s
+        run.engine_admit_s += time.perf_counter() - t0 - policy_s
+        if running or not self._waiting:
+            return
+        # The policy admitted nothing while nothing runs: admit the queue head (what FCFS
+        # would do) and count it.
+        head = next(iter(self._waiting))
+        if not self._try_admit(head, cfg.max_num_batched_tokens, scheduled):
+            seq = self._waiting[head]
+            raise SimulationError(
+                f"request {head!r} ({seq.prefill_target} tokens) does not fit in an "
+                f"empty KV cache of {self.kv.num_free_blocks} blocks x "
+                f"{cfg.block_size} tokens"
+            )
+        run.forced += 1
+
+    def _cost_step(self, run: _Run, scheduled: list[tuple[_Seq, int]]) -> tuple[float, int]:
+        """The batch's shape through the cost model; time advances. Returns (step seconds,
+        prefill tokens)."""
+        if not scheduled:
+            raise SimulationError("no request could be scheduled in a step (engine stalled)")
+        shape = self._shape(scheduled)
+        cost = self.cost.breakdown(shape)
+        dt = cost.total_s
+        self._now += dt
+        run.log.append(
+            self._now,
+            dt,
+            len(scheduled),
+            shape.num_decode,
+            shape.num_prefill_tokens,
+            self.index.num_running_roots,
+            cost.kv_bytes_read,
+        )
+        return dt, shape.num_prefill_tokens
+
+    def _shape(self, scheduled: list[tuple[_Seq, int]]) -> BatchShape:
+        num_decode = prefill_tokens = prefill_pairs = logical = prefill_seqs = 0
+        for seq, n in scheduled:
+            if seq.prefilling:
+                prefill_tokens += n
+                prefill_seqs += 1
+                prefill_pairs += n * seq.num_computed + n * (n + 1) // 2
+                logical += seq.num_computed + n
+            else:
+                num_decode += 1
+                logical += seq.num_computed + 1
+        bs = self.config.block_size
+        return BatchShape(
+            num_decode=num_decode,
+            num_prefill_tokens=prefill_tokens,
+            prefill_attn_pairs=prefill_pairs,
+            logical_kv_tokens=logical,
+            unique_kv_tokens=min(logical, self.kv.num_used_blocks * bs),
+            shared_unique_kv_tokens=self.kv.shared_blocks * bs,
+            shared_logical_kv_tokens=self.kv.shared_refs * bs,
+            num_prefill_seqs=prefill_seqs,
+            shared_span_tokens=self._shared_span(scheduled) if self._order_sensitive else 0.0,
+        )
+
+    def _emit(self, run: _Run, scheduled: list[tuple[_Seq, int]]) -> None:
+        """Computed tokens land; a finished prefill emits its first token, a decode its
+        next; finished requests free their blocks and release the turns waiting on them."""
+        for seq, n in scheduled:
+            rid = seq.req.request_id
+            if seq.prefilling and seq.num_computed < seq.computed_max:
+                run.recomputed += min(seq.num_computed + n, seq.computed_max) - seq.num_computed
+            seq.num_computed += n
+            seq.computed_max = max(seq.computed_max, seq.num_computed)
+            if seq.prefilling:
+                if seq.num_computed < seq.prefill_target:
                     continue
-                if seq.prefilling:
-                    self._commit(seq, seq.num_computed + need)
-                scheduled.append((seq, need))
-                budget -= need
+                seq.prefilling = False
+                if seq.first_token_at is None:
+                    seq.first_token_at = self._now
+            seq.generated += 1
+            if seq.generated >= seq.req.output_len:
+                self._finish(seq)
+                run.finished += 1
+                run.records.append(self._record(seq))
+                for dep_req in run.blocked.pop(rid, ()):
+                    self._release(dep_req, max(dep_req.arrival_time, self._now))
 
-            # ---- admit waiting requests
-            # (vLLM admits nothing in a step that preempted, unless nothing is left running)
-            can_admit = not preempted or not running
-            if can_admit and self._waiting and budget > 0 and len(running) < cfg.max_num_seqs:
-                t0 = time.perf_counter()
-                policy_s = self._admit(budget, scheduled)
-                sched_time += policy_s
-                engine_admit_time += time.perf_counter() - t0 - policy_s
-                if not running and self._waiting:
-                    # The policy admitted nothing while nothing runs: never stall. Admit the
-                    # queue head (what FCFS would do) and count it.
-                    head = next(iter(self._waiting))
-                    if not self._try_admit(head, cfg.max_num_batched_tokens, scheduled):
-                        seq = self._waiting[head]
-                        raise SimulationError(
-                            f"request {head!r} ({seq.prefill_target} tokens) does not fit in an "
-                            f"empty KV cache of {self.kv.num_free_blocks} blocks x "
-                            f"{cfg.block_size} tokens"
-                        )
-                    forced += 1
-            if not scheduled:
-                raise SimulationError("no request could be scheduled in a step (engine stalled)")
+    def _feedback(self, run: _Run, dt: float, batch: int, prefill_tokens: int) -> None:
+        self.policy.end_step(self, dt, batch, prefill_tokens)
+        every = self.config.check_invariants_every
+        if every and run.step % every == 0:
+            self.kv.check_invariants()
+        if self._progress is not None and run.step % 256 == 0:
+            self._progress(run.finished, run.total)
 
-            # ---- cost of the step
-            num_decode = 0
-            prefill_tokens = 0
-            prefill_pairs = 0
-            logical = 0
-            prefill_seqs = 0
-            for seq, n in scheduled:
-                if seq.prefilling:
-                    prefill_tokens += n
-                    prefill_seqs += 1
-                    prefill_pairs += n * seq.num_computed + n * (n + 1) // 2
-                    logical += seq.num_computed + n
-                else:
-                    num_decode += 1
-                    logical += seq.num_computed + 1
-            bs = cfg.block_size
-            shape = BatchShape(
-                num_decode=num_decode,
-                num_prefill_tokens=prefill_tokens,
-                prefill_attn_pairs=prefill_pairs,
-                logical_kv_tokens=logical,
-                unique_kv_tokens=min(logical, self.kv.num_used_blocks * bs),
-                shared_unique_kv_tokens=self.kv.shared_blocks * bs,
-                shared_logical_kv_tokens=self.kv.shared_refs * bs,
-                num_prefill_seqs=prefill_seqs,
-                shared_span_tokens=self._shared_span(scheduled) if self._order_sensitive else 0.0,
-            )
-            cost = self.cost.breakdown(shape)
-            dt = cost.total_s
-            self._now += dt
-            steps.append(
-                self._now,
-                dt,
-                len(scheduled),
-                num_decode,
-                prefill_tokens,
-                self.index.num_running_roots,
-                cost.kv_bytes_read,
-            )
-
-            # ---- emit tokens, finish requests
-            for seq, n in scheduled:
-                rid = seq.req.request_id
-                if seq.prefilling and seq.num_computed < seq.computed_max:
-                    recomputed += min(seq.num_computed + n, seq.computed_max) - seq.num_computed
-                seq.num_computed += n
-                seq.computed_max = max(seq.computed_max, seq.num_computed)
-                if seq.prefilling:
-                    if seq.num_computed < seq.prefill_target:
-                        continue
-                    seq.prefilling = False
-                    if seq.first_token_at is None:
-                        seq.first_token_at = self._now
-                seq.generated += 1
-                if seq.generated >= seq.req.output_len:
-                    self._finish(seq)
-                    finished += 1
-                    records.append(self._record(seq))
-                    for dep_req in blocked.pop(rid, ()):
-                        release(dep_req, max(dep_req.arrival_time, self._now))
-
-            self.policy.end_step(self, dt, len(scheduled), prefill_tokens)
-            if cfg.check_invariants_every and step_idx % cfg.check_invariants_every == 0:
-                self.kv.check_invariants()
-            if self._progress is not None and step_idx % 256 == 0:
-                self._progress(finished, total)
-
-        self._check_end(records, total)
+    def _result(self, run: _Run) -> SimResult:
+        self._check_end(run.records, run.total)
         counters = policy_counters(self.policy)
+        steps = max(1, run.step)
         return SimResult(
             policy=self.policy.name,
-            records=records,
-            steps=steps.to_arrays(),
-            sched_cpu_s=sched_time,
-            wall_s=time.perf_counter() - wall_start,
-            preemptions=num_preempt,
-            forced_admissions=forced + counters.get("starvation_admits", 0),
+            records=run.records,
+            steps=run.log.to_arrays(),
+            sched_cpu_s=run.policy_s,
+            wall_s=time.perf_counter() - run.wall_start,
+            preemptions=run.preemptions,
+            forced_admissions=run.forced + counters.get("starvation_admits", 0),
             prefix_hit_rate=self.kv.prefix_cache_hit_rate,
             num_kv_blocks=self.num_kv_blocks,
             extra={
-                "engine_admit_us_per_step": engine_admit_time / max(1, step_idx) * 1e6,
-                "sched_us_per_decision": sched_time / max(1, self._decisions) * 1e6,
+                "engine_admit_us_per_step": run.engine_admit_s / steps * 1e6,
+                "sched_us_per_decision": run.policy_s / max(1, self._decisions) * 1e6,
                 "decisions": self._decisions,
-                "recomputed_tokens": recomputed,
+                "recomputed_tokens": run.recomputed,
                 **counters,
             },
         )
