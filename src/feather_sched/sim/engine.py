@@ -62,7 +62,6 @@ class _Run:
     policy_s: float = 0.0  # CPU time inside the policy
     engine_admit_s: float = 0.0  # CPU time of the engine's own admission bookkeeping
     forced: int = 0
-    preemptions: int = 0
     recomputed: int = 0
     wall_start: float = field(default_factory=time.perf_counter)
 
@@ -147,7 +146,7 @@ class Simulator:
             if not self._running and not self._waiting:
                 self._idle_until_next_arrival(run)
                 continue
-            scheduled, budget, preempted = self._serve_running(run)
+            scheduled, budget, preempted = self._serve_running()
             self._admit_waiting(run, scheduled, budget, preempted)
             dt, prefill_tokens = self._cost_step(run, scheduled)
             self._emit(run, scheduled)
@@ -203,7 +202,7 @@ class Simulator:
             f"{sorted(run.blocked)[:5]})"
         )
 
-    def _serve_running(self, run: _Run) -> tuple[list[tuple[_Seq, int]], int, bool]:
+    def _serve_running(self) -> tuple[list[tuple[_Seq, int]], int, bool]:
         """Running requests first, in admission order: a decode token each or the next
         prefill chunk, growing their KV; when blocks run out the most recently admitted
         request is preempted (as vLLM V1 does). Returns (scheduled, token budget left,
@@ -222,7 +221,6 @@ class Simulator:
             while not self.kv.grow(rid, seq.num_computed + need):
                 victim_id = next(reversed(running))
                 self._preempt(victim_id)
-                run.preemptions += 1
                 preempted = True
                 if victim_id == rid:
                     break
@@ -347,7 +345,7 @@ class Simulator:
             steps=run.log.to_arrays(),
             sched_cpu_s=run.policy_s,
             wall_s=time.perf_counter() - run.wall_start,
-            preemptions=run.preemptions,
+            preemptions=sum(r.preemptions for r in run.records),
             forced_admissions=run.forced + counters.get("starvation_admits", 0),
             prefix_hit_rate=self.kv.prefix_cache_hit_rate,
             num_kv_blocks=self.num_kv_blocks,
