@@ -125,13 +125,14 @@ def bench(
     if engine != "sim":
         raise typer.BadParameter(f"expected sim or vllm, got {engine!r}", param_hint="--engine")
     policies = policies or ",".join(DEFAULT_POLICIES)
-    model = model or "llama-3.1-8b"
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from feather_sched.bench.machine import machine_info
     from feather_sched.bench.report import plot_results, results_table
     from feather_sched.bench.suite import DEFAULT_WORKLOADS, BenchSpec, run_bench
     from feather_sched.sim.config import EngineConfig
+
+    model = model or BenchSpec.model  # one default, the spec's
 
     names = [w.strip() for item in (workload or []) for w in item.split(",") if w.strip()]
     try:
