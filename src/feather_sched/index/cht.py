@@ -115,7 +115,8 @@ class ChunkedHashTree:
         # level -> ordered set of keys with waiting members (for largest_group); touched only
         # when a key's waiting set appears or empties, never on the per-member hot path
         self._level_keys: list[dict[Key, None]] = []
-        # keys held by the running batch that still have waiting requests, deepest first
+        # keys held by the running batch that still have waiting requests, deepest first: at
+        # least each waiting request's deepest such key (see _add_running); stale ones lazily
         self._hot: list[tuple[int, int, Key]] = []
         self._in_hot: set[Key] = set()
         self._hot_seq = 0
@@ -452,9 +453,9 @@ class ChunkedHashTree:
             self._hot = live
 
     def _add_waiting(self, request_id: str, keys: tuple[Key, ...]) -> None:
-        # Hot path (every arrival and preemption): one dict insert per chunk.
+        # Hot path (every arrival and preemption): one dict insert per chunk, then one heap
+        # entry for the request's deepest key held by the running batch (see _add_running).
         waiting = self._waiting
-        running = self._running_refs
         level_keys = self._level_keys
         while len(level_keys) < len(keys):
             level_keys.append({})
@@ -463,10 +464,12 @@ class ChunkedHashTree:
             if members is None:
                 waiting[key] = {request_id: None}
                 level_keys[key[0]][key] = None
-                if key in running:
-                    self._push_hot(key)
             else:
                 members[request_id] = None
+        running = self._running_refs
+        depth = _deepest_true(len(keys), lambda i: keys[i] in running)
+        if depth:
+            self._push_hot(keys[depth - 1])
 
     def _remove_waiting(self, request_id: str, keys: tuple[Key, ...]) -> None:
         # Hot path (every admission): one dict delete per chunk.
@@ -481,27 +484,44 @@ class ChunkedHashTree:
                 del members[request_id]
 
     def _add_running(self, keys: tuple[Key, ...]) -> None:
+        """A request joins the batch. The heap invariant: every waiting request's deepest key
+        held by the batch is in the heap. The keys this request newly brings into the batch
+        form a suffix of its chain; along it, the waiting sets shrink with depth, and a
+        waiting request's deepest match is where its set drops out. So only those drop-out
+        levels are pushed, not every hot key (a long prompt shared by a backlog has hundreds
+        of them, and each would later be popped stale inside a scheduling decision)."""
         refs = self._running_refs
-        waiting = self._waiting
         for key in keys:
             n = refs.get(key, 0)
             refs[key] = n + 1
-            if n == 0:
-                if key[0] == 0:
-                    self._running_roots += 1
-                if key in waiting:
-                    self._push_hot(key)
+            if n == 0 and key[0] == 0:
+                self._running_roots += 1
+        waiting = self._waiting
+        sizes = [len(waiting.get(key, ())) for key in keys]
+        sizes.append(0)
+        for level, key in enumerate(keys):
+            if not sizes[level]:
+                break  # waiting sets are nested along the chain: none deeper either
+            if sizes[level + 1] < sizes[level] and refs[key] == 1:
+                self._push_hot(key)
 
     def _remove_running(self, keys: tuple[Key, ...]) -> None:
+        """A request leaves the batch. The keys no other running request holds form a suffix
+        of its chain from level `first_gone`; every waiting request that matched into it now
+        matches to the key just above, so that one key is pushed (see _add_running)."""
         refs = self._running_refs
-        for key in keys:
+        first_gone = len(keys)
+        for level, key in enumerate(keys):
             n = refs[key] - 1
             if n:
                 refs[key] = n
             else:
                 del refs[key]
-                if key[0] == 0:
+                first_gone = min(first_gone, level)
+                if level == 0:
                     self._running_roots -= 1
+        if 0 < first_gone < len(keys) and keys[first_gone - 1] in self._waiting:
+            self._push_hot(keys[first_gone - 1])
 
 
 def _deepest_true(n: int, pred) -> int:
