@@ -17,9 +17,9 @@ from feather_sched.policies.feather_ppo import (
     FeatherPPOPolicy,
     default_weights_path,
 )
+from feather_sched.policies.numpy_mlp import NumpyMLP
+from feather_sched.policies.observation import FEATURES, OBS_DIM
 from feather_sched.policies.registry import make_policy, policy_names
-from feather_sched.rl.numpy_mlp import NumpyMLP
-from feather_sched.rl.observation import FEATURES, OBS_DIM
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate

@@ -14,8 +14,8 @@ gym = pytest.importorskip("gymnasium", reason="FeatherEnv needs gymnasium (dev/r
 from gymnasium.utils.env_checker import check_env  # noqa: E402
 
 from feather_sched.policies.bandit import ADD, STOP  # noqa: E402
+from feather_sched.policies.observation import OBS_DIM, DelegatedFeather  # noqa: E402
 from feather_sched.rl.env import FeatherEnv, baseline_throughput  # noqa: E402
-from feather_sched.rl.observation import OBS_DIM, DelegatedFeather  # noqa: E402
 from feather_sched.sim.config import EngineConfig  # noqa: E402
 from feather_sched.sim.engine import simulate  # noqa: E402
 from feather_sched.workloads import LongPrefixWorkload, NoSharingWorkload  # noqa: E402

@@ -116,7 +116,8 @@ class ChunkedHashTree:
         # when a key's waiting set appears or empties, never on the per-member hot path
         self._level_keys: list[dict[Key, None]] = []
         # keys held by the running batch that still have waiting requests, deepest first: at
-        # least each waiting request's deepest such key (see _add_running); stale ones lazily
+        # least each waiting request's deepest such key (see _add_running); stale entries
+        # are dropped lazily
         self._hot: list[tuple[int, int, Key]] = []
         self._in_hot: set[Key] = set()
         self._hot_seq = 0

@@ -2,7 +2,7 @@
 
 Same candidate order, starvation guard and automatic ADDs as `feather` (it subclasses it);
 only the ADD/STOP choice differs: instead of the online bandit, a [32, 32] tanh MLP reads the
-observation of `rl.observation` and picks the likelier action. The net is trained offline
+observation of `policies.observation` and picks the likelier action. The net is trained offline
 (`feather train`: imitation of the bandit, then stable-baselines3 PPO on `rl.env.FeatherEnv`).
 The forward pass is two tiny numpy matmuls and a dot product (a few microseconds), so the
 policy needs neither torch nor the `rl` extra.
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from feather_sched.rl.numpy_mlp import NumpyMLP
-from feather_sched.rl.observation import FEATURES, DelegatedFeather
+from feather_sched.policies.numpy_mlp import NumpyMLP
+from feather_sched.policies.observation import FEATURES, DelegatedFeather
 
 __all__ = ["DEFAULT_WEIGHTS", "WEIGHTS_ENV", "FeatherPPOPolicy", "default_weights_path"]
 

@@ -8,7 +8,7 @@ Step: one decision that `FeatherPolicy` would ask the bandit: the candidate lose
 prefix (`decision_state(...)`: batch > 0 and lost_chunks > 0). Every other admission is
 automatic exactly as in FeatherPolicy (the env runs a `DelegatedFeather`), including the
 starvation guard. Actions: 0 = ADD, 1 = STOP (`policies.feather.ADD/STOP`). Observation:
-`rl.observation.FEATURES`, float32 in [0, 1].
+`policies.observation.FEATURES`, float32 in [0, 1].
 
 Reward: sequences served beyond what FCFS would serve in the same time, in full batches. For
 each decode-dominated engine step between this decision and the next one, serving b sequences
@@ -56,8 +56,8 @@ from gymnasium import spaces
 from feather_sched.policies.bandit import ADD, STOP
 from feather_sched.policies.base import is_decode_step
 from feather_sched.policies.fcfs import FCFSPolicy
+from feather_sched.policies.observation import OBS_DIM, DelegatedFeather
 from feather_sched.request import Request
-from feather_sched.rl.observation import OBS_DIM, DelegatedFeather
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
 from feather_sched.sim.engine import simulate

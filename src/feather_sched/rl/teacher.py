@@ -19,7 +19,7 @@ import numpy as np
 from feather_sched.policies.base import SchedulerView
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.features import DecisionState
-from feather_sched.rl.observation import (
+from feather_sched.policies.observation import (
     OBS_DIM,
     ThroughputTracker,
     learned_decision_point,

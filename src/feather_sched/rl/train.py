@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from feather_sched.rl.numpy_mlp import NumpyMLP
-from feather_sched.rl.observation import FEATURES
+from feather_sched.policies.numpy_mlp import NumpyMLP
+from feather_sched.policies.observation import FEATURES
 from feather_sched.sim.config import EngineConfig
 from feather_sched.workloads import make_workload
 from feather_sched.workloads.base import Workload
