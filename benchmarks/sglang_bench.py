@@ -8,7 +8,7 @@ Workload: N waiting requests of 2,000 tokens, each one of 100 shared 1,500-token
 a private 500-token suffix (prefix drawn at random per request); SGLang's `RadixCache` holds
 the 100 prefixes; nothing runs yet. Per N, every figure is the median (and `_min`, the
 least-disturbed run: the cores are shared) over `--repeats` fresh runs. SGLang's figures are
-process CPU time, and so is Feather's ordering pass (`QueueStats.ordering_s` with
+process CPU time, and so is Feather's ordering pass (`HostStats.ordering_s` with
 `time.process_time` as its clock; its ~70 clock reads per pass are included).
 
 - `calc_priority` of SGLang's `SchedulePolicy`: fcfs and lpm as shipped (mean of `--passes`
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from feather_sched.bench.machine import machine_info
-from feather_sched.integrations.sglang import FeatherConfig
+from feather_sched.integrations.sglang import settings_from_env
 from feather_sched.integrations.sglang_cpu import prepare_cpu_import
 
 PREFIXES = 100
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/sglang_bench.py " + " ".join(argv or sys.argv[1:]),
         "sglang": sglang.__version__,
         "feather_policy": s.feather_policy,
-        "feather_chunk_size": FeatherConfig.from_env().chunk_size,
+        "feather_chunk_tokens": settings_from_env().chunk_tokens,
         "workload": {"prefixes": PREFIXES, "prefix_len": PREFIX_LEN, "prompt_len": PROMPT_LEN},
         "adder": {"max_prefill_tokens": MAX_PREFILL_TOKENS, "kv_tokens": KV_TOKENS},
         "repeats": args.repeats,

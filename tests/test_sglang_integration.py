@@ -90,9 +90,9 @@ def sg():
 @pytest.fixture
 def feather_on(monkeypatch):
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
-    monkeypatch.delenv("FEATHER_POLICY_KWARGS", raising=False)
+    monkeypatch.delenv("FEATHER_POLICY_OPTIONS", raising=False)
     monkeypatch.setenv("FEATHER_POLICY", "grouped")
-    monkeypatch.setenv("FEATHER_CHUNK_SIZE", "32")
+    monkeypatch.setenv("FEATHER_CHUNK_TOKENS", "32")
     return monkeypatch
 
 
@@ -254,7 +254,7 @@ def test_feather_order_reaches_the_batch(sg, feather_on):
 def test_feather_stop_reaches_the_batch(sg, feather_on):
     from feather_sched.integrations.sglang import queue_for
 
-    feather_on.setenv("FEATHER_POLICY_KWARGS", json.dumps({"max_batch": 3}))
+    feather_on.setenv("FEATHER_POLICY_OPTIONS", json.dumps({"max_batch": 3}))
     eng = Engine(sg, "fcfs")
     eng.waiting_queue = interleaved(sg, 3)
     assert rids(eng.step()) == ["A0", "A1", "A2"]  # STOP at 3 though memory takes all 12
@@ -376,3 +376,31 @@ def test_priority_scheduling_keeps_sglang(sg, feather_on):
     tc = sg.RadixCache.create_simulated()
     policy = sg.sp.SchedulePolicy("fcfs", tc, False, True, False)
     assert queue_for(policy) is None
+
+
+def test_policy_state_is_loaded_and_saved(sg, feather_on, tmp_path):
+    """FEATHER_POLICY_STATE in SGLang as in vLLM: the learned state is saved while serving
+    (from the step hook) and a new scheduler starts from it."""
+    from types import SimpleNamespace
+
+    from feather_sched.integrations.sglang import _around_next_batch, queue_for
+
+    path = tmp_path / "feather-state.json"
+    feather_on.setenv("FEATHER_POLICY", "feather")
+    feather_on.setenv("FEATHER_POLICY_STATE", str(path))
+    feather_on.setenv("FEATHER_POLICY_STATE_EVERY_S", "1e-9")
+    eng = Engine(sg, "fcfs", max_running_requests=6)
+    q = queue_for(eng.policy)
+    assert q is not None and q.state_saver is not None and q.state_saver.path == path
+    for wave in range(6):
+        eng.waiting_queue += [make_req(sg, f"{g}{i}-{wave}", g) for i in range(2) for g in "AB"]
+        batch = eng.step()
+        plan = SimpleNamespace(reqs=list(eng.running), forward_mode=None)
+        _around_next_batch(lambda scheduler, p=plan: p, eng)  # the step hook: feedback, save
+        assert batch or eng.running
+        del eng.running_batch.reqs[:3]  # some finish
+    assert q.policy.decisions > 0, "the bandit was asked: there is state to keep"
+    assert q.state_saver.saves > 0 and path.is_file()
+    eng2 = Engine(sg, "fcfs")  # a restart: a new scheduler loads the file
+    warm = queue_for(eng2.policy).policy
+    assert warm.table.stats == q.policy.table.stats

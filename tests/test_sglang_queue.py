@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from feather_sched.index.cht import RequestState
-from feather_sched.integrations.sglang import FeatherConfig
+from feather_sched.integrations.sglang import settings_from_env
 from feather_sched.integrations.sglang_queue import SGLangQueue
 from feather_sched.policies.grouped import GroupedPolicy
 
@@ -47,7 +47,7 @@ def scheduler_loop(queue: SGLangQueue, waiting: list, fits: int) -> list:
 
 
 def test_pass_orders_by_prefix_group_lazily():
-    q = SGLangQueue(GroupedPolicy(), chunk_size=32)
+    q = SGLangQueue(GroupedPolicy(), chunk_tokens=32)
     waiting = interleaved(4)
     running = [req("A-run", "A")]
     q.sync([], running)
@@ -68,32 +68,32 @@ def test_unshared_pass_is_left_to_sglang():
     SGLang's own (no reordering, no questions); once two requests share, Feather drives."""
     from feather_sched.policies.feather import FeatherPolicy
 
-    q = SGLangQueue(FeatherPolicy(), chunk_size=32)
+    q = SGLangQueue(FeatherPolicy(), chunk_tokens=32)
     waiting = [req("A0", "A"), req("B0", "B"), req("C0", "C")]
     q.begin_pass(waiting, [])
-    assert q.stats.queue_order_passes == 1
+    assert q.stats.queue_order_steps == 1
     assert [r.rid for r in scheduler_loop(q, waiting, fits=100)] == ["A0", "B0", "C0"]
     waiting = [req("D0", "D"), req("A1", "A"), req("D1", "D")]
     q.begin_pass(waiting, waiting[:0])
-    assert q.stats.queue_order_passes == 1  # D0 and D1 share a prefix: the policy decides
+    assert q.stats.queue_order_steps == 1  # D0 and D1 share a prefix: the policy decides
     assert [r.rid for r in scheduler_loop(q, waiting, fits=100)] == ["D0", "D1", "A1"]
 
 
 def test_stop_ends_the_pass_and_never_stalls():
-    q = SGLangQueue(GroupedPolicy(max_batch=2), chunk_size=32)
+    q = SGLangQueue(GroupedPolicy(max_batch=2), chunk_tokens=32)
     waiting = interleaved(2)
     q.begin_pass(waiting, [])
     batch = scheduler_loop(q, waiting, fits=100)
     assert [r.rid for r in batch] == ["A0", "A1"]
     assert q.stats.stops == 1 and q.stats.forced == 0
     # max_batch=0-like policy: STOP at once while nothing runs -> one forced admission
-    q2 = SGLangQueue(GroupedPolicy(max_batch=1), chunk_size=32)
+    q2 = SGLangQueue(GroupedPolicy(max_batch=1), chunk_tokens=32)
     q2.begin_pass(waiting2 := interleaved(1), [req("X", "D")])
     assert scheduler_loop(q2, waiting2, fits=100) == []  # something runs: STOP is kept
 
 
 def test_sync_tracks_admission_finish_retraction_abort():
-    q = SGLangQueue(GroupedPolicy(), chunk_size=32)
+    q = SGLangQueue(GroupedPolicy(), chunk_tokens=32)
     reqs = interleaved(2)
     waiting = list(reqs)
     q.sync(waiting, [])
@@ -114,7 +114,7 @@ def test_sync_tracks_admission_finish_retraction_abort():
 
 
 def test_handover_when_scheduler_skips_the_candidate():
-    q = SGLangQueue(GroupedPolicy(), chunk_size=32)
+    q = SGLangQueue(GroupedPolicy(), chunk_tokens=32)
     waiting = interleaved(2)
     q.begin_pass(waiting, [req("A-run", "A")])
     other = waiting[3]
@@ -131,7 +131,7 @@ def test_policy_errors_hand_the_pass_to_sglang():
         def candidates(self, view):
             yield "nope"
 
-    q = SGLangQueue(Broken(), chunk_size=32)
+    q = SGLangQueue(Broken(), chunk_tokens=32)
     waiting = interleaved(1)
     q.begin_pass(waiting, [])
     assert [r.rid for r in waiting] == ["A0", "B0", "C0", "D0"]  # untouched
@@ -163,18 +163,19 @@ def test_step_feedback_reaches_the_policy():
     ("env", "policy"),
     [
         ({}, None),  # installed is not enabled
-        ({"SGLANG_PLUGINS": "feather"}, "grouped"),
-        ({"SGLANG_PLUGINS": "other,feather"}, "grouped"),
+        ({"SGLANG_PLUGINS": "feather"}, "feather"),  # the same default as vLLM's
+        ({"SGLANG_PLUGINS": "other,feather"}, "feather"),
+        ({"SGLANG_PLUGINS": "feather", "FEATHER_POLICY": "grouped"}, "grouped"),
         ({"FEATHER_POLICY": "feather"}, "feather"),
         ({"SGLANG_PLUGINS": "feather", "FEATHER_POLICY": "off"}, None),
     ],
 )
 def test_config_from_env(env, policy):
-    assert FeatherConfig.from_env(env).policy == policy
+    assert settings_from_env(env).policy == policy
 
 
 def test_config_rejects_bad_values():
-    with pytest.raises(ValueError):
-        FeatherConfig.from_env({"FEATHER_POLICY_KWARGS": "[1]"})
-    with pytest.raises(ValueError):
-        FeatherConfig.from_env({"FEATHER_CHUNK_SIZE": "0"})
+    with pytest.raises(ValueError, match="FEATHER_POLICY_OPTIONS"):
+        settings_from_env({"FEATHER_POLICY_OPTIONS": "[1]"})
+    with pytest.raises(ValueError, match="FEATHER_CHUNK_TOKENS"):
+        settings_from_env({"FEATHER_CHUNK_TOKENS": "0"})

@@ -36,8 +36,6 @@ from feather_sched.bench.tiny_llama import TINY_LLAMA, build_tiny_llama  # noqa:
 from feather_sched.integrations.vllm import (  # noqa: E402
     FeatherAsyncScheduler,
     FeatherScheduler,
-    default_policy_name,
-    policy_from_env,
 )
 from feather_sched.integrations.vllm_admission import FeatherRequestQueue  # noqa: E402
 from feather_sched.policies.base import Policy, SchedulerView  # noqa: E402
@@ -352,47 +350,13 @@ def test_async_variant_runs_and_is_chosen_for_async_configs(
     assert preempted, "the workload was meant to preempt under async scheduling too"
 
 
-def test_policy_from_env(monkeypatch) -> None:
-    monkeypatch.delenv("FEATHER_POLICY", raising=False)
-    monkeypatch.delenv("FEATHER_POLICY_OPTIONS", raising=False)
-    assert policy_from_env().name == default_policy_name()
-    monkeypatch.setenv("FEATHER_POLICY", "grouped")
-    monkeypatch.setenv("FEATHER_POLICY_OPTIONS", '{"max_batch": 3}')
-    policy = policy_from_env()
-    assert policy.name == "grouped" and policy.max_batch == 3
-    monkeypatch.setenv("FEATHER_POLICY_OPTIONS", "[1]")
-    with pytest.raises(ValueError, match="JSON object"):
-        policy_from_env()
-    monkeypatch.setenv("FEATHER_POLICY", "nope")
-    monkeypatch.delenv("FEATHER_POLICY_OPTIONS")
-    with pytest.raises(ValueError, match="unknown policy"):
-        policy_from_env()
-
-
-def test_policy_state_env(monkeypatch, tmp_path) -> None:
-    from feather_sched.integrations.vllm import _state_saver_from_env
-
-    monkeypatch.delenv("FEATHER_POLICY_OPTIONS", raising=False)
-    monkeypatch.setenv("FEATHER_POLICY_STATE", str(tmp_path / "s.json"))
-    monkeypatch.setenv("FEATHER_POLICY", "grouped")
-    with pytest.raises(ValueError, match="keeps no learned state"):
-        policy_from_env()
-    monkeypatch.setenv("FEATHER_POLICY", "feather")
-    assert policy_from_env().name == "feather"  # no file yet: starts cold
-    monkeypatch.setenv("FEATHER_POLICY_STATE_EVERY_S", "soon")
-    with pytest.raises(ValueError, match="FEATHER_POLICY_STATE_EVERY_S"):
-        _state_saver_from_env()
-    monkeypatch.setenv("FEATHER_POLICY_STATE_EVERY_S", "30")
-    assert _state_saver_from_env().every_s == 30.0
-
-
 def test_policy_state_is_saved_while_serving_and_at_shutdown(
     feather_llm, feather, tmp_path, monkeypatch
 ) -> None:
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from feather_sched.integrations.vllm import PolicyStateSaver
     from feather_sched.policies.feather import FeatherPolicy
+    from feather_sched.settings import PolicyStateSaver
 
     path = tmp_path / "bandit.json"
     feather.feather.policy = make_policy("feather")

@@ -47,6 +47,12 @@ def sample_chain(digests: Sequence[int], every: int) -> list[int]:
     return out
 
 
+def chunk_blocks(chunk_tokens: int, block_size: int) -> int:
+    """A CHT chunk of `chunk_tokens` in whole engine blocks (the CHT reuses the engine's
+    block hashes, so its chunk is a multiple of the block): rounded down, at least one."""
+    return max(1, chunk_tokens // block_size)
+
+
 @dataclass(slots=True)
 class _Meta:
     engine_request: Any

@@ -23,13 +23,14 @@ only the head of the queue would follow Feather, so `register` warns).
   from one iteration's batch pick to the next iteration's start is the step time fed back to
   the policy (`Policy.end_step`), before the new iteration admits anything.
 
-Config (environment, read in each process): Feather is on when `SGLANG_PLUGINS` names
-`feather` or `FEATHER_POLICY` is set; `FEATHER_POLICY` picks the policy from
-`feather_sched.policies.registry` (default `grouped`; `off` turns Feather off),
-`FEATHER_POLICY_KWARGS` is a JSON object of the policy's options, `FEATHER_CHUNK_SIZE` the CHT
-chunk in tokens (default 256: every admission updates one CHT key per chunk, so a 2,000-token
-prompt costs 8 key updates instead of 32 at 64-token chunks, about half of Feather's pass, see
-benchmarks/sglang.md; shared prefixes shorter than one chunk are not grouped).
+Config: `feather_sched.settings`, read in each process (the same variables as the vLLM
+scheduler). Feather is on when `SGLANG_PLUGINS` names `feather` or `FEATHER_POLICY` is set
+(installed is not enabled: SGLang loads every installed plugin); `FEATHER_POLICY` picks the
+policy (default `feather`; `off` turns Feather off), `FEATHER_POLICY_OPTIONS` its options,
+`FEATHER_CHUNK_TOKENS` the CHT chunk (default 64; shared prefixes shorter than one chunk are
+not grouped, and every admission updates one CHT key per chunk, see benchmarks/sglang.md),
+`FEATHER_POLICY_STATE` a file the learned state is loaded from at start and saved to every
+`FEATHER_POLICY_STATE_EVERY_S` seconds of serving and at exit.
 
 Off (or not loaded), no hook is registered and SGLang runs exactly as shipped. With the hooks
 applied, a `SchedulePolicy` built while Feather is off, or with priority scheduling on (which
@@ -38,26 +39,19 @@ Feather does not model), runs SGLang's code unchanged.
 
 from __future__ import annotations
 
-import json
+import atexit
 import logging
 import os
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from feather_sched.integrations.sglang_queue import SGLangQueue
-from feather_sched.policies.registry import make_policy
+from feather_sched.settings import DEFAULT_POLICY, ENV, FeatherSettings
 
 logger = logging.getLogger("feather_sched.sglang")
 
 PLUGIN_NAME = "feather"
-ENV_POLICY = "FEATHER_POLICY"
-ENV_POLICY_KWARGS = "FEATHER_POLICY_KWARGS"
-ENV_CHUNK_SIZE = "FEATHER_CHUNK_SIZE"
-DEFAULT_POLICY = "grouped"
-DEFAULT_CHUNK_SIZE = 256
-_OFF = {"off", "none", "false", "0"}
 MIN_SGLANG = (0, 5, 22)
 
 _SCHEDULE_POLICY = "sglang.srt.managers.schedule_policy.SchedulePolicy"
@@ -70,35 +64,12 @@ HOOK_TARGETS = (
 )
 
 
-@dataclass(frozen=True)
-class FeatherConfig:
-    """Which policy runs inside SGLang; `policy=None` means Feather is off."""
-
-    policy: str | None = DEFAULT_POLICY
-    policy_kwargs: dict[str, Any] = field(default_factory=dict)
-    chunk_size: int = DEFAULT_CHUNK_SIZE
-
-    @property
-    def enabled(self) -> bool:
-        return self.policy is not None
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> FeatherConfig:
-        env = os.environ if environ is None else environ
-        named = PLUGIN_NAME in {p.strip() for p in env.get("SGLANG_PLUGINS", "").split(",")}
-        raw = env.get(ENV_POLICY, "").strip()
-        if not raw:
-            # Installed is not enabled: SGLang loads every installed plugin by default.
-            policy = DEFAULT_POLICY if named else None
-        else:
-            policy = None if raw.lower() in _OFF else raw
-        kwargs = json.loads(env.get(ENV_POLICY_KWARGS) or "{}")
-        if not isinstance(kwargs, dict):
-            raise ValueError(f"{ENV_POLICY_KWARGS} must be a JSON object, got {kwargs!r}")
-        chunk = int(env.get(ENV_CHUNK_SIZE) or DEFAULT_CHUNK_SIZE)
-        if chunk < 1:
-            raise ValueError(f"{ENV_CHUNK_SIZE} must be >= 1, got {chunk}")
-        return cls(policy, kwargs, chunk)
+def settings_from_env(environ: Mapping[str, str] | None = None) -> FeatherSettings:
+    """Feather's settings in an SGLang process: off unless `SGLANG_PLUGINS` names the
+    plugin or `FEATHER_POLICY` is set."""
+    env = os.environ if environ is None else environ
+    named = PLUGIN_NAME in {p.strip() for p in env.get("SGLANG_PLUGINS", "").split(",")}
+    return FeatherSettings.from_env(env, default_policy=DEFAULT_POLICY if named else None)
 
 
 # SchedulePolicy -> its queue, or None when Feather stays out of that scheduler.
@@ -107,13 +78,15 @@ _QUEUES: weakref.WeakKeyDictionary[Any, SGLangQueue | None] = weakref.WeakKeyDic
 
 def register() -> None:
     """Entry point `feather` in group `sglang.srt.plugins`: register the hooks if enabled."""
-    config = FeatherConfig.from_env()
+    config = settings_from_env()
     if not config.enabled:
         logger.info(
-            "Feather plugin loaded but off (set %s or SGLANG_PLUGINS=%s)", ENV_POLICY, PLUGIN_NAME
+            "Feather plugin loaded but off (set %s or SGLANG_PLUGINS=%s)",
+            ENV["policy"],
+            PLUGIN_NAME,
         )
         return
-    make_policy(config.policy, **config.policy_kwargs)  # fail at load on a bad name/option
+    config.make_policy()  # fail at load on a bad name/option
     if _sglang_version() < MIN_SGLANG:
         logger.warning(
             "Feather needs SGLang >= %s for ADD/STOP (Scheduler.get_prefill_adder_class); "
@@ -128,7 +101,7 @@ def register() -> None:
     HookRegistry.register(adder, _around_prefill_adder_class, HookType.AROUND)
     HookRegistry.register(step, _around_next_batch, HookType.AROUND)
     logger.info(
-        "Feather plugin on: policy %r, CHT chunk %d tokens", config.policy, config.chunk_size
+        "Feather plugin on: policy %r, CHT chunk %d tokens", config.policy, config.chunk_tokens
     )
 
 
@@ -153,14 +126,14 @@ def queue_for(schedule_policy: Any) -> SGLangQueue | None:
     try:
         return _QUEUES[schedule_policy]
     except KeyError:
-        queue = _attach(schedule_policy, FeatherConfig.from_env())
+        queue = _attach(schedule_policy, settings_from_env())
         _QUEUES[schedule_policy] = queue
         return queue
     except TypeError:  # not weak-referenceable: not a SchedulePolicy
         return None
 
 
-def _attach(schedule_policy: Any, config: FeatherConfig) -> SGLangQueue | None:
+def _attach(schedule_policy: Any, config: FeatherSettings) -> SGLangQueue | None:
     if not config.enabled:
         return None
     if getattr(schedule_policy, "enable_priority_scheduling", False):
@@ -169,12 +142,16 @@ def _attach(schedule_policy: Any, config: FeatherConfig) -> SGLangQueue | None:
         )
         return None
     tree_cache = getattr(schedule_policy, "tree_cache", None)
-    return SGLangQueue(
-        make_policy(config.policy, **config.policy_kwargs),
-        chunk_size=config.chunk_size,
+    queue = SGLangQueue(
+        config.make_policy(),
+        chunk_tokens=config.chunk_tokens,
         block_size=int(getattr(tree_cache, "page_size", 1) or 1),
         tree_cache=tree_cache,
     )
+    saver = queue.state_saver = config.state_saver()
+    if saver is not None:
+        atexit.register(lambda: saver.save(queue.policy))  # the scheduler process exits
+    return queue
 
 
 # ---------------------------------------------------------------------------- hooks
@@ -235,6 +212,8 @@ def _around_next_batch(original: Any, scheduler: Any, *args: Any, **kwargs: Any)
         is_extend = mode is not None and mode.is_extend()
         prefill = int(getattr(batch, "extend_num_tokens", 0) or 0) if is_extend else 0
         queue.on_step(len(reqs), prefill)
+        if queue.state_saver is not None:
+            queue.state_saver.maybe_save(queue.policy)
     return plan
 
 

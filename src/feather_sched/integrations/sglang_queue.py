@@ -22,22 +22,20 @@ and `cache_salt` off the requests it is given.
 
 from __future__ import annotations
 
-import enum
-import logging
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
+from feather_sched.host.admission import AdmissionPass, HostStats, PolicyHost
 from feather_sched.index.cht import ChunkedHashTree, chunk_digests
 from feather_sched.policies.base import Policy
 from feather_sched.request import Request
-
-logger = logging.getLogger("feather_sched.sglang")
+from feather_sched.settings import PolicyStateSaver
 
 _rid = attrgetter("rid")
 UNBOUNDED_SEQS = 1 << 30
@@ -53,45 +51,15 @@ def prompt_tokens(req: Any) -> np.ndarray:
 
 
 @dataclass
-class QueueStats:
-    """Counters a test, a benchmark or a log line can read off a live scheduler."""
-
-    passes: int = 0
-    hashed: int = 0
-    """Prompts hashed into the CHT (each request once, on its first pass)."""
-    admitted: int = 0
-    stops: int = 0
-    """Passes ended by the policy's STOP."""
-    forced: int = 0
-    """STOPs overridden because nothing was running (never stall the engine)."""
-    handovers: int = 0
-    """Passes left to SGLang's own order (the scheduler skipped Feather's candidate, e.g. a
-    LoRA limit, or the policy failed)."""
-    queue_order_passes: int = 0
-    """Passes left to SGLang's list order because the policy said it would follow it
-    (`Policy.follows_queue_order`: e.g. nothing shared by any two requests)."""
-    policy_errors: int = 0
-    feedback_steps: int = 0
-    ordering_s: float = 0.0
-    """CPU seconds in Feather's ordering: syncing the CHT, the policy, moving list items."""
-    last_error: str | None = None
-
-
-class _Mode(enum.Enum):
-    FEATHER = "feather"  # the policy picks each candidate
-    SGLANG = "sglang"  # handed over: SGLang's list order for the rest of the pass
-    STOPPED = "stopped"  # the policy said STOP (or has no candidate left)
-
-
-@dataclass
 class _Pass:
+    """One admission pass over SGLang's list: the shared dialogue with the policy (`step`),
+    the candidate SGLang should offer next (`pending`, at list position `pos`)."""
+
     queue: list
-    candidates: Iterator[str]
-    mode: _Mode = _Mode.FEATHER
+    step: AdmissionPass
     pending: str | None = None
     pos: int = 0
-    seen: set[str] = field(default_factory=set)
-    forced: bool = False
+    stopped: bool = False  # the policy said STOP (or has no candidate left)
 
 
 class SGLangQueue:
@@ -105,18 +73,18 @@ class SGLangQueue:
         self,
         policy: Policy,
         *,
-        chunk_size: int = 64,
+        chunk_tokens: int = 64,
         block_size: int = 1,
         tree_cache: Any = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.policy = policy
-        self.index = ChunkedHashTree(chunk_size)
+        self.host = PolicyHost(policy, engine="SGLang")
+        self.index = ChunkedHashTree(chunk_tokens)
         self.tree_cache = tree_cache
         self._block_size = max(1, int(block_size))
         self._clock = clock
         self.max_num_seqs = UNBOUNDED_SEQS
-        self.stats = QueueStats()
+        self.passes = 0
         self.timer: Callable[[], float] = time.perf_counter
         """Clock of `stats.ordering_s` (a benchmark may use time.process_time)."""
         self.chunked_rid: str | None = None
@@ -131,8 +99,23 @@ class SGLangQueue:
         self._requests: dict[str, Request] = {}
         self._block_hashes: dict[str, list[int]] = {}
         self._last_step: tuple[float, int, int] | None = None
+        self.state_saver: PolicyStateSaver | None = None
+        """Saves the policy's learned state while serving (`FEATHER_POLICY_STATE`)."""
         self.adder_classes: dict[type, type] = {}
         """Feather adder subclasses built for this queue, by SGLang base class."""
+
+    @property
+    def policy(self) -> Policy:
+        return self.host.policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        """Swap the live policy (takes effect at the next pass)."""
+        self.host.policy = policy
+
+    @property
+    def stats(self) -> HostStats:
+        return self.host.stats
 
     # ------------------------------------------------------------------ SchedulerView
     @property
@@ -212,7 +195,7 @@ class SGLangQueue:
         if chunked is not None:
             # SGLang offers its chunked request to the adder every pass until its last chunk;
             # one the last pass did not see was aborted or has finished chunking.
-            stale = self._chunk_pass != self.stats.passes - 1
+            stale = self._chunk_pass != self.passes - 1
             if stale or chunked in cur_w or chunked not in index:
                 self.chunked_rid = chunked = None
             elif cur_r is not None:
@@ -268,7 +251,7 @@ class SGLangQueue:
         elif rid in self._waiting:
             self._admit(rid)
         self.chunked_rid = rid if still_chunked else None
-        self._chunk_pass = self.stats.passes
+        self._chunk_pass = self.passes
 
     def _add_new(self, reqs: Iterator[Any], rids: set[str], now: float, running: bool) -> None:
         need = len(rids)
@@ -307,22 +290,11 @@ class SGLangQueue:
         """`calc_priority`: sync, then put the policy's first candidate at the list head."""
         t0 = self.timer()
         self._end_pass()
-        self.stats.passes += 1
+        self.passes += 1
         self.sync(waiting_queue, running)
         self._queue = waiting_queue
-        try:
-            if self.policy.follows_queue_order(self):
-                # The policy would take the list as it stands and ADD all: leave it to SGLang.
-                self.stats.queue_order_passes += 1
-                p = _Pass(waiting_queue, iter(()), mode=_Mode.SGLANG)
-            else:
-                self.policy.begin_step(self)
-                p = _Pass(waiting_queue, self.policy.candidates(self))
-        except Exception as err:
-            self._policy_failed(err)
-            p = _Pass(waiting_queue, iter(()), mode=_Mode.SGLANG)
-        self._pass = p
-        if p.mode is _Mode.FEATHER:
+        p = self._pass = _Pass(waiting_queue, self.host.begin(self, self._waiting.__contains__))
+        if not p.step.engine_order:
             self._advance(p, 0)
         self.stats.ordering_s += self.timer() - t0
 
@@ -331,27 +303,20 @@ class SGLangQueue:
         t0 = self.timer()
         try:
             p = self._pass
-            if p is None or p.mode is _Mode.SGLANG:
+            if p is None or p.step.engine_order:
                 return True
-            if p.mode is _Mode.FEATHER and req.rid != p.pending:
+            if p.stopped:
+                return self._never_stall(p, nothing_admitted)
+            if req.rid != p.pending:
                 # The scheduler skipped our candidate (LoRA limit, pooling mode, storage
                 # prefetch: `continue` before add_one_req) or walks another list: let SGLang
                 # finish this pass in its own order rather than stall.
                 self.stats.handovers += 1
-                p.mode = _Mode.SGLANG
+                p.step.hand_over()
                 return True
-            if p.mode is _Mode.STOPPED:
-                return self._never_stall(p, nothing_admitted)
-            try:
-                add = self.policy.accept(self, req.rid)
-            except Exception as err:
-                self._policy_failed(err)
-                p.mode = _Mode.SGLANG
+            if p.step.accept(req.rid):
                 return True
-            if add:
-                return True
-            p.mode = _Mode.STOPPED
-            self.stats.stops += 1
+            p.stopped = True
             return self._never_stall(p, nothing_admitted)
         finally:
             self.stats.ordering_s += self.timer() - t0
@@ -364,48 +329,33 @@ class SGLangQueue:
             self._admit(rid)
         if added and chunked:
             self.chunked_rid = rid
-            self._chunk_pass = self.stats.passes
+            self._chunk_pass = self.passes
         p = self._pass
-        if p is not None and p.mode is _Mode.FEATHER and rid == p.pending:
+        if p is not None and not p.step.engine_order and not p.stopped and rid == p.pending:
             if added and proceed:
                 self._advance(p, p.pos + 1)
             else:
                 p.pending = None
-                p.mode = _Mode.STOPPED
+                p.stopped = True
         self.stats.ordering_s += self.timer() - t0
 
     def _never_stall(self, p: _Pass, nothing_admitted: bool) -> bool:
         # As the simulator: a STOP while nothing runs would leave the engine idle forever.
-        if nothing_admitted and not p.forced and self.index.num_running == 0:
-            p.forced = True
-            self.stats.forced += 1
-            return True
-        return False
+        return nothing_admitted and p.step.force_head(self.index.num_running)
 
     def _advance(self, p: _Pass, slot: int) -> None:
         """Ask the policy for its next candidate and move it into list position `slot`."""
-        try:
-            rid = next(p.candidates, None)
-        except Exception as err:
-            self._policy_failed(err)
-            p.mode = _Mode.SGLANG
-            return
+        rid = p.step.next_candidate()
         if rid is None:
             p.pending = None
-            p.mode = _Mode.STOPPED
+            p.stopped = not p.step.engine_order
             return
-        if rid in p.seen or rid not in self._waiting:
-            why = "twice in one pass" if rid in p.seen else "that is not waiting"
-            self._policy_failed(RuntimeError(f"policy proposed {rid!r} {why}"))
-            p.mode = _Mode.SGLANG
-            return
-        p.seen.add(rid)
         queue = p.queue
         try:
             j = queue.index(self._reqs[rid], slot)
         except ValueError:  # not in the list the scheduler walks: leave the order to SGLang
             self.stats.handovers += 1
-            p.mode = _Mode.SGLANG
+            p.step.hand_over()
             return
         if j != slot:
             queue.insert(slot, queue.pop(j))
@@ -415,19 +365,7 @@ class SGLangQueue:
     def _end_pass(self) -> None:
         p, self._pass = self._pass, None
         if p is not None:
-            close = getattr(p.candidates, "close", None)
-            if close is not None:
-                close()
-
-    def _policy_failed(self, err: BaseException) -> None:
-        self.stats.policy_errors += 1
-        self.stats.last_error = f"{type(err).__name__}: {err}"
-        if self.stats.policy_errors == 1:
-            logger.error(
-                "Feather policy %r failed; SGLang's order is used for this pass",
-                getattr(self.policy, "name", self.policy),
-                exc_info=err,
-            )
+            p.step.close()
 
     # ------------------------------------------------------------------ step feedback
     def end_previous_step(self) -> None:
@@ -441,11 +379,7 @@ class SGLangQueue:
         last, self._last_step = self._last_step, None
         if last is None or last[1] <= 0:
             return
-        self.stats.feedback_steps += 1
-        try:
-            self.policy.end_step(self, self._clock() - last[0], last[1], last[2])
-        except Exception as err:
-            self._policy_failed(err)
+        self.host.feedback(self, self._clock() - last[0], last[1], last[2])
 
     def on_step(self, batch_size: int, prefill_tokens: int) -> None:
         """This iteration picked its batch; it runs from now until `end_previous_step`."""

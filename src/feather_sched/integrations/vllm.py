@@ -3,15 +3,11 @@
     LLM(model, scheduler_cls="feather_sched.integrations.vllm.FeatherScheduler")
     vllm serve MODEL --scheduler-cls feather_sched.integrations.vllm.FeatherScheduler
 
-Configuration (read when the engine builds its scheduler):
-
-- `FEATHER_POLICY`: a policy name from `feather_sched.policies.registry` (default "feather"
-  when registered, else "grouped"). Any registered policy works: fcfs, lpm, grouped, ...
-- `FEATHER_POLICY_OPTIONS`: JSON object of the policy's keyword options, e.g. '{"max_batch": 8}'.
-- `FEATHER_CHUNK_BLOCKS`: CHT chunk size in KV blocks (default 1: chunk == block).
-- `FEATHER_POLICY_STATE`: a file for the policy's learned state (the feather bandit's table):
-  loaded at start if it exists, saved every `FEATHER_POLICY_STATE_EVERY_S` seconds of serving
-  (default 60) and at shutdown, so a restarted server starts warm.
+Configuration: `feather_sched.settings` (read when the engine builds its scheduler; the same
+variables as the SGLang plugin): `FEATHER_POLICY` (default `feather`; `off` keeps vLLM's own
+order), `FEATHER_POLICY_OPTIONS`, `FEATHER_CHUNK_TOKENS` (rounded down to whole KV blocks, at
+least one), `FEATHER_POLICY_STATE` and `FEATHER_POLICY_STATE_EVERY_S` (the learned state is
+loaded at start, saved while serving and at shutdown, so a restarted server starts warm).
 
 What it changes: only the order in which waiting requests are admitted and where admission
 stops (see `vllm_admission`); vLLM still runs every request it admits exactly as before, so
@@ -22,118 +18,28 @@ serves both; the async one can also be named directly.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from feather_sched.integrations.engine_index import EngineIndex
-from feather_sched.integrations.vllm_admission import (
-    AdmissionController,
-    AdmissionStats,
-    FeatherRequestQueue,
-)
+from feather_sched.host.admission import HostStats
+from feather_sched.integrations.engine_index import EngineIndex, chunk_blocks
+from feather_sched.integrations.vllm_admission import AdmissionController, FeatherRequestQueue
 from feather_sched.policies.base import Policy
-from feather_sched.policies.registry import make_policy, policy_names
+from feather_sched.policies.registry import make_policy
+from feather_sched.settings import FeatherSettings
 
-__all__ = [
-    "FeatherAsyncScheduler",
-    "FeatherScheduler",
-    "default_policy_name",
-    "policy_from_env",
-]
+__all__ = ["FeatherAsyncScheduler", "FeatherScheduler"]
 
 logger = logging.getLogger("feather_sched.vllm")
 
-ENV_POLICY = "FEATHER_POLICY"
-ENV_OPTIONS = "FEATHER_POLICY_OPTIONS"
-ENV_CHUNK_BLOCKS = "FEATHER_CHUNK_BLOCKS"
-ENV_STATE = "FEATHER_POLICY_STATE"
-ENV_STATE_EVERY = "FEATHER_POLICY_STATE_EVERY_S"
 
-
-def default_policy_name() -> str:
-    """The "feather" policy once it is registered, else the prefix-grouping baseline."""
-    return "feather" if "feather" in policy_names() else "grouped"
-
-
-def policy_from_env() -> Policy:
-    """The policy named by FEATHER_POLICY with FEATHER_POLICY_OPTIONS (fails loudly: a typo
-    must not silently run another policy)."""
-    name = os.environ.get(ENV_POLICY, "").strip() or default_policy_name()
-    raw = os.environ.get(ENV_OPTIONS, "").strip()
-    try:
-        options = json.loads(raw) if raw else {}
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{ENV_OPTIONS} is not valid JSON: {err}") from None
-    if not isinstance(options, dict):
-        raise ValueError(f"{ENV_OPTIONS} must be a JSON object, got {raw!r}")
-    state = os.environ.get(ENV_STATE, "").strip()
-    if state and Path(state).is_file():
-        options.setdefault("policy_state", state)
-    policy = make_policy(name, **options)
-    if state and not _keeps_state(policy):
-        raise ValueError(f"{ENV_STATE} is set but policy {name!r} keeps no learned state")
-    return policy
-
-
-def _keeps_state(policy: Policy) -> bool:
-    """Policies with learned state save it with `save(path)` (the feather bandit)."""
-    return callable(getattr(policy, "save", None))
-
-
-def _state_saver_from_env() -> PolicyStateSaver | None:
-    path = os.environ.get(ENV_STATE, "").strip()
-    if not path:
-        return None
-    raw = os.environ.get(ENV_STATE_EVERY, "").strip() or "60"
-    try:
-        every = float(raw)
-    except ValueError:
-        raise ValueError(f"{ENV_STATE_EVERY} must be a number of seconds, got {raw!r}") from None
-    if every <= 0:
-        raise ValueError(f"{ENV_STATE_EVERY} must be > 0, got {raw!r}")
-    return PolicyStateSaver(Path(path), every)
-
-
-class PolicyStateSaver:
-    """Saves a policy's learned state to a file every `every_s` seconds (checked once per
-    engine step, so the cost is a clock read) and on demand. A failed save is logged, never
-    raised: serving must not stop because a disk is full."""
-
-    def __init__(self, path: Path, every_s: float, clock=time.monotonic) -> None:
-        self.path = path
-        self.every_s = every_s
-        self._clock = clock
-        self._last = clock()
-        self.saves = 0
-
-    def maybe_save(self, policy: Policy) -> None:
-        if self._clock() - self._last >= self.every_s:
-            self.save(policy)
-
-    def save(self, policy: Policy) -> None:
-        self._last = self._clock()
-        if not _keeps_state(policy):
-            return  # a stateless policy was swapped in at run time: nothing to keep
-        try:
-            policy.save(self.path)  # type: ignore[attr-defined]
-            self.saves += 1
-        except Exception:
-            logger.exception("feather: could not save the policy state to %s", self.path)
-
-
-def _chunk_blocks_from_env() -> int:
-    raw = os.environ.get(ENV_CHUNK_BLOCKS, "").strip() or "1"
-    value = int(raw)
-    if value < 1:
-        raise ValueError(f"{ENV_CHUNK_BLOCKS} must be >= 1, got {raw!r}")
-    return value
+def _policy(settings: FeatherSettings) -> Policy:
+    """The configured policy; `off` is vLLM's own order (fcfs leaves every step to it)."""
+    return settings.make_policy() if settings.enabled else make_policy("fcfs")
 
 
 class FeatherScheduler(Scheduler):
@@ -157,10 +63,12 @@ class FeatherScheduler(Scheduler):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        policy = policy_from_env()
-        index = EngineIndex(self.hash_block_size, _chunk_blocks_from_env())
+        settings = FeatherSettings.from_env()
+        policy = _policy(settings)
+        blocks = chunk_blocks(settings.chunk_tokens, self.hash_block_size)
+        index = EngineIndex(self.hash_block_size, blocks)
         self.feather = AdmissionController(self, policy, index)
-        self.feather_state = _state_saver_from_env()
+        self.feather_state = settings.state_saver()
         self.waiting = FeatherRequestQueue(self.waiting, self.feather)
         self._feather_steps: dict[int, tuple[float, int]] = {}
         self._feather_last_done = 0.0
@@ -172,7 +80,7 @@ class FeatherScheduler(Scheduler):
         )
 
     @property
-    def feather_stats(self) -> AdmissionStats:
+    def feather_stats(self) -> HostStats:
         return self.feather.stats
 
     def schedule(self, *args: Any, **kwargs: Any):

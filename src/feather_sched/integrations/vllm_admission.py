@@ -25,76 +25,60 @@ one and only mirrors membership into the CHT.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vllm.v1.core.sched.request_queue import RequestQueue
 from vllm.v1.request import Request as VllmRequest
 from vllm.v1.request import RequestStatus
 
+from feather_sched.host.admission import AdmissionPass, HostStats, PolicyHost
 from feather_sched.index.cht import ChunkedHashTree
 from feather_sched.integrations.engine_index import EngineIndex
-from feather_sched.policies.base import Policy, PolicyError
+from feather_sched.policies.base import Policy
 from feather_sched.request import Request
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.scheduler import Scheduler
 
-logger = logging.getLogger("feather_sched.vllm")
-
-
-@dataclass
-class AdmissionStats:
-    """Counters a test or a benchmark can read off the live scheduler."""
-
-    policy_steps: int = 0
-    """Steps whose admission the policy drove (at least one candidate asked for)."""
-    queue_order_steps: int = 0
-    """Steps left to vLLM's own order because the policy said it would follow it
-    (`Policy.follows_queue_order`: e.g. nothing shared, or FCFS)."""
-    admitted: int = 0
-    policy_errors: int = 0
-    forced: int = 0
-    """Queue heads admitted because the policy stopped while nothing was running."""
-    resyncs: int = 0
-    """Times the CHT had drifted from vLLM's queues and was rebuilt (should stay 0)."""
-    feedback_steps: int = 0
-    last_error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class _Session:
-    """One admission loop (one `schedule()` call)."""
-
-    candidates: Iterator[str] | None  # None: FCFS for the rest of this step
-    seen: set[str] = field(default_factory=set)
-    current: VllmRequest | None = None
-    stop_after_current: bool = False
-    stopped: bool = False
-
 
 class AdmissionController:
-    """The policy, the CHT and the view, tied to one vLLM scheduler."""
+    """The policy host, the CHT and the view, tied to one vLLM scheduler. vLLM's loop pulls
+    each candidate through the queue (`has_next`, `peek`, `pop`); the dialogue with the
+    policy is the shared `AdmissionPass` (host/admission.py)."""
 
     def __init__(self, scheduler: Scheduler, policy: Policy, index: EngineIndex) -> None:
         self.scheduler = scheduler
-        self.policy = policy
+        self.host = PolicyHost(policy, engine="vLLM")
         self.index = index
-        self.stats = AdmissionStats()
         self.view = VllmSchedulerView(self)
         self.queue: FeatherRequestQueue | None = None
         self._armed = False
-        self._session: _Session | None = None
+        self._step: AdmissionPass | None = None
+        self._current: VllmRequest | None = None
+        self._stop_after_current = False
+        self._stopped = False
         self._pending: list[VllmRequest] = []
+
+    @property
+    def policy(self) -> Policy:
+        return self.host.policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        """Swap the live policy (takes effect at the next step's admission)."""
+        self.host.policy = policy
+
+    @property
+    def stats(self) -> HostStats:
+        return self.host.stats
 
     # ------------------------------------------------------------------ step bracket
     def begin_schedule(self) -> None:
         self._armed = True
-        self._session = None
+        self._step = self._current = None
+        self._stop_after_current = self._stopped = False
 
     def end_schedule(self) -> None:
         """Close the step: settle popped requests and check the books. A request can reach
@@ -102,11 +86,9 @@ class AdmissionController:
         connectors), or leave it for that queue; the counts then differ and the CHT is
         rebuilt from vLLM's lists (O(requests), only then)."""
         self._settle()
-        session, self._session, self._armed = self._session, None, False
-        if session is not None and session.candidates is not None:
-            close = getattr(session.candidates, "close", None)
-            if close is not None:
-                close()
+        step, self._step, self._armed = self._step, None, False
+        if step is not None:
+            step.close()
         sched, cht, queue = self.scheduler, self.index.cht, self._queue()
         if cht.num_running != len(sched.running) or cht.num_waiting != len(queue):
             self.stats.resyncs += 1
@@ -114,11 +96,7 @@ class AdmissionController:
 
     def step_feedback(self, step_time: float, batch_size: int, prefill_tokens: int) -> None:
         """A scheduled step finished: tell the policy (its reward signal)."""
-        self.stats.feedback_steps += 1
-        try:
-            self.policy.end_step(self.view, step_time, batch_size, prefill_tokens)
-        except Exception as err:
-            self._policy_failed(err)
+        self.host.feedback(self.view, step_time, batch_size, prefill_tokens)
 
     # ------------------------------------------------------------------ queue hooks
     def on_enqueue(self, req: VllmRequest) -> None:
@@ -141,51 +119,45 @@ class AdmissionController:
             return False
         if not self._armed:
             return True
-        s = self._session or self._start()
-        if s.stopped:
+        step = self._step or self._start()
+        if self._stopped:
             return False
-        if s.current is not None:
+        if self._current is not None:
             return True
-        if s.stop_after_current:
-            s.stopped = True
+        if self._stop_after_current:
+            self._stopped = True
             return False
         sched = self.scheduler
         if len(sched.running) + sched.num_waiting_for_streaming_input >= (
             sched.max_num_active_reqs
         ):
             return True  # vLLM stops on its own capacity check before peeking
-        if s.candidates is None:
-            return True  # FCFS: peek gives the queue head
-        try:
-            req = self._next_accepted(s)
-        except Exception as err:  # a policy must never take the engine down
-            self._policy_failed(err)
-            s.candidates = None
+        if step.engine_order:
+            return True  # vLLM's order: peek gives the queue head
+        rid = step.next_candidate()
+        if rid is not None and step.accept(rid):
+            self._current = queue.members[rid]
             return True
-        if req is not None:
-            s.current = req
-            return True
-        if not sched.running:
+        if step.engine_order:
+            return True  # the policy failed: vLLM's order for the rest of the step
+        if step.force_head(len(sched.running)):
             # The policy stopped with nothing running: never stall the engine. Admit the
             # queue head (what FCFS would), as the simulator does, and stop after it.
-            self.stats.forced += 1
-            s.stop_after_current = True
-            s.current = queue.inner.peek_request()
+            self._stop_after_current = True
+            self._current = queue.inner.peek_request()
             return True
-        s.stopped = True
+        self._stopped = True
         return False
 
     def peek(self) -> VllmRequest:
-        s = self._session
-        if self._armed and s is not None and s.current is not None:
-            return s.current
+        if self._armed and self._current is not None:
+            return self._current
         return self._queue().inner.peek_request()
 
     def pop(self) -> VllmRequest:
         queue = self._queue()
-        s = self._session
-        if self._armed and s is not None and s.current is not None:
-            req, s.current = s.current, None
+        if self._armed and self._current is not None:
+            req, self._current = self._current, None
             queue.take(req)
         else:
             req = queue.inner.pop_request()
@@ -198,48 +170,10 @@ class AdmissionController:
         assert self.queue is not None, "FeatherRequestQueue not attached"
         return self.queue
 
-    def _start(self) -> _Session:
-        candidates: Iterator[str] | None = None
-        try:
-            if self.policy.follows_queue_order(self.view):
-                # The policy would admit in vLLM's own order this step: let vLLM's loop run
-                # on its queue untouched (no per-candidate work; nothing shared to lose).
-                self.stats.queue_order_steps += 1
-            else:
-                self.stats.policy_steps += 1
-                self.policy.begin_step(self.view)
-                candidates = iter(self.policy.candidates(self.view))
-        except Exception as err:
-            self._policy_failed(err)
-            candidates = None
-        self._session = _Session(candidates)
-        return self._session
-
-    def _next_accepted(self, s: _Session) -> VllmRequest | None:
-        """The policy's next candidate if it says ADD; None for STOP or no more candidates.
-        Raises PolicyError on a contract breach (as the simulator's `_admit`)."""
-        assert s.candidates is not None
-        rid = next(s.candidates, None)
-        if rid is None:
-            return None
-        if rid in s.seen:
-            raise PolicyError(f"policy {self.policy.name!r} proposed {rid!r} twice in one step")
-        req = self._queue().members.get(rid)
-        if req is None:
-            raise PolicyError(f"policy {self.policy.name!r} proposed {rid!r} that is not waiting")
-        s.seen.add(rid)
-        return req if self.policy.accept(self.view, rid) else None
-
-    def _policy_failed(self, err: BaseException) -> None:
-        self.stats.policy_errors += 1
-        self.stats.last_error = f"{type(err).__name__}: {err}"
-        if self.stats.policy_errors == 1:
-            logger.exception(
-                "feather policy %r failed; this step continues in vLLM's FCFS order "
-                "(logged once; later failures are only counted)",
-                self.policy.name,
-                exc_info=err,
-            )
+    def _start(self) -> AdmissionPass:
+        members = self._queue().members
+        self._step = self.host.begin(self.view, members.__contains__)
+        return self._step
 
     def _settle(self) -> None:
         """Requests popped since the last hook either run now (admitted) or were skipped

@@ -18,8 +18,9 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from feather_sched.host.admission import AdmissionPass, HostStats, PolicyHost
 from feather_sched.index.cht import ChunkedHashTree, chunk_digests
-from feather_sched.policies.base import Policy, PolicyError, policy_counters
+from feather_sched.policies.base import Policy, policy_counters
 from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
@@ -61,7 +62,6 @@ class _Run:
     log: StepLog = field(default_factory=StepLog)
     policy_s: float = 0.0  # CPU time inside the policy
     engine_admit_s: float = 0.0  # CPU time of the engine's own admission bookkeeping
-    forced: int = 0
     recomputed: int = 0
     wall_start: float = field(default_factory=time.perf_counter)
 
@@ -77,6 +77,7 @@ class Simulator:
         progress=None,
     ) -> None:
         self.policy = policy
+        self.host = PolicyHost(policy, engine="the simulator", strict=True)
         self.cost = cost
         self._order_sensitive = cost.order_sensitive
         self.config = config or EngineConfig()
@@ -91,7 +92,6 @@ class Simulator:
         self._waiting: dict[str, _Seq] = {}
         self._running: dict[str, _Seq] = {}
         self._seqs: dict[str, _Seq] = {}
-        self._decisions = 0  # candidates the policy was asked to ADD or STOP
 
     # ------------------------------------------------------------------ SchedulerView
     @property
@@ -167,6 +167,7 @@ class Simulator:
             if dep not in id_set:
                 raise ValueError(f"request {rid!r} depends on unknown request {dep!r}")
         self.policy.reset()
+        self.host.stats = HostStats()
         self._now = order[0].arrival_time if order else 0.0
         return _Run(pending=order, deps=deps, total=len(order))
 
@@ -243,10 +244,10 @@ class Simulator:
         if not (can_admit and self._waiting and budget > 0 and len(running) < cfg.max_num_seqs):
             return
         t0 = time.perf_counter()
-        policy_s = self._admit(budget, scheduled)
+        policy_s, step = self._admit(budget, scheduled)
         run.policy_s += policy_s
         run.engine_admit_s += time.perf_counter() - t0 - policy_s
-        if running or not self._waiting:
+        if not self._waiting or not step.force_head(len(running)):
             return
         # The policy admitted nothing while nothing runs: admit the queue head (what FCFS
         # would do) and count it.
@@ -258,7 +259,6 @@ class Simulator:
                 f"empty KV cache of {self.kv.num_free_blocks} blocks x "
                 f"{cfg.block_size} tokens"
             )
-        run.forced += 1
 
     def _cost_step(self, run: _Run, scheduled: list[tuple[_Seq, int]]) -> tuple[float, int]:
         """The batch's shape through the cost model; time advances. Returns (step seconds,
@@ -328,7 +328,7 @@ class Simulator:
                     self._release(dep_req, max(dep_req.arrival_time, self._now))
 
     def _feedback(self, run: _Run, dt: float, batch: int, prefill_tokens: int) -> None:
-        self.policy.end_step(self, dt, batch, prefill_tokens)
+        self.host.feedback(self, dt, batch, prefill_tokens)
         every = self.config.check_invariants_every
         if every and run.step % every == 0:
             self.kv.check_invariants()
@@ -346,13 +346,13 @@ class Simulator:
             sched_cpu_s=run.policy_s,
             wall_s=time.perf_counter() - run.wall_start,
             preemptions=sum(r.preemptions for r in run.records),
-            forced_admissions=run.forced + counters.get("starvation_admits", 0),
+            forced_admissions=self.host.stats.forced + counters.get("starvation_admits", 0),
             prefix_hit_rate=self.kv.prefix_cache_hit_rate,
             num_kv_blocks=self.num_kv_blocks,
             extra={
                 "engine_admit_us_per_step": run.engine_admit_s / steps * 1e6,
-                "sched_us_per_decision": run.policy_s / max(1, self._decisions) * 1e6,
-                "decisions": self._decisions,
+                "sched_us_per_decision": run.policy_s / max(1, self.host.stats.decisions) * 1e6,
+                "decisions": self.host.stats.decisions,
                 "recomputed_tokens": run.recomputed,
                 **counters,
             },
@@ -378,38 +378,29 @@ class Simulator:
             streamed += seq.num_computed + (n if seq.prefilling else 1)
         return span / repeats if repeats else 0.0
 
-    def _admit(self, budget: int, scheduled: list[tuple[_Seq, int]]) -> float:
+    def _admit(self, budget: int, scheduled: list[tuple[_Seq, int]]) -> tuple[float, AdmissionPass]:
         """Ask the policy for candidates; admit until the policy or the budgets stop it.
 
         Returns the CPU seconds spent inside the policy (begin_step, producing candidates,
-        ADD/STOP), which is what `sched_us_per_step` reports; the engine's own bookkeeping
+        ADD/STOP) and the step's pass (for the never-stall rule). The CPU seconds are
+        what `sched_us_per_step` reports; the engine's own bookkeeping
         (KV allocation, index updates) is timed separately.
         """
         cfg = self.config
-        policy = self.policy
         clock = time.perf_counter
         t0 = clock()
-        policy.begin_step(self)
+        step = self.host.begin(self, self._waiting.__contains__, allow_queue_order=False)
         spent = clock() - t0
-        seen: set[str] = set()
-        candidates = policy.candidates(self)
         try:
             while True:
                 t0 = clock()
-                rid = next(candidates, None)
+                rid = step.next_candidate()
                 spent += clock() - t0
-                if rid is None:
-                    break
-                if rid in seen or rid not in self._waiting:
-                    why = "twice in one step" if rid in seen else "that is not waiting"
-                    raise PolicyError(f"policy {policy.name!r} proposed {rid!r} {why}")
-                seen.add(rid)
-                if len(self._running) >= cfg.max_num_seqs or budget <= 0:
+                if rid is None or len(self._running) >= cfg.max_num_seqs or budget <= 0:
                     break
                 t0 = clock()
-                add = policy.accept(self, rid)
+                add = step.accept(rid)
                 spent += clock() - t0
-                self._decisions += 1
                 if not add:
                     break
                 before = len(scheduled)
@@ -417,10 +408,8 @@ class Simulator:
                     break
                 budget -= scheduled[before][1]
         finally:
-            close = getattr(candidates, "close", None)
-            if close is not None:
-                close()
-        return spent
+            step.close()
+        return spent, step
 
     def _try_admit(self, rid: str, budget: int, scheduled: list[tuple[_Seq, int]]) -> bool:
         cfg = self.config

@@ -1,0 +1,2 @@
+"""The host core every engine adapter shares: the admission dialogue with a policy, its
+counters and failure rule (admission.py)."""
