@@ -18,7 +18,7 @@ from feather_sched.index.cht import ChunkedHashTree
 from feather_sched.policies.base import Policy
 from feather_sched.policies.homogeneous import MaxHomogeneousPolicy
 from feather_sched.policies.registry import make_policy
-from feather_sched.policies.sglang import (
+from feather_sched.policies.sglang_baselines import (
     DFSWeightPolicy,
     LOFPolicy,
     LPMPolicy,

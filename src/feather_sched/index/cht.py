@@ -20,7 +20,7 @@ block hashes for KV reuse, so the index is advisory and can never corrupt a KV c
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -31,22 +31,22 @@ Key = tuple[int, int]
 """(level, digest): the prefix through chunk `level` (0-based)."""
 
 
-class IndexError_(LookupError):
+class CHTError(LookupError):
     """Base class for index misuse (unknown ids, duplicates, wrong transitions)."""
 
 
-class UnknownRequestError(IndexError_, KeyError):
+class UnknownRequestError(CHTError, KeyError):
     """The id is not in the index."""
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return str(self.args[0]) if self.args else "unknown request"
 
 
-class DuplicateRequestError(IndexError_, ValueError):
+class DuplicateRequestError(CHTError, ValueError):
     """The id is already in the index."""
 
 
-class InvalidTransitionError(IndexError_, ValueError):
+class InvalidTransitionError(CHTError, ValueError):
     """The request is not in the state the operation needs (e.g. admitting a running one)."""
 
 
@@ -95,8 +95,8 @@ class ChunkedHashTree:
     """Prefix index over waiting and running requests, keyed by chained chunk digests.
 
     State: key -> ordered set of waiting ids (insertion order = arrival order); id -> its keys;
-    key -> refcount over running requests; per level, waiting-group sizes bucketed by count so
-    the largest group at a depth is O(1). Every update is O(chunks of the request); every query
+    key -> refcount over running requests; a heap of the running batch's keys that waiting
+    requests match into (`candidates`). Every update is O(chunks of the request); every query
     the scheduler makes is O(log chunks) or O(answer), independent of the queue length.
     """
 
@@ -111,10 +111,6 @@ class ChunkedHashTree:
         self._running: dict[str, None] = {}
         self._running_roots = 0  # distinct level-0 keys among running requests
         self._shared_roots = 0  # level-0 keys held by >= 2 requests (waiting or running)
-        # level -> count -> ordered set of keys whose waiting group has that size
-        # level -> ordered set of keys with waiting members (for largest_group); touched only
-        # when a key's waiting set appears or empties, never on the per-member hot path
-        self._level_keys: list[dict[Key, None]] = []
         # keys held by the running batch that still have waiting requests, deepest first: at
         # least each waiting request's deepest such key (see _add_running); stale entries
         # are dropped lazily
@@ -155,19 +151,9 @@ class ChunkedHashTree:
     def keys_of(self, request_id: str) -> tuple[Key, ...]:
         return self._keys[self._known(request_id)]
 
-    def num_keys(self) -> int:
-        """Distinct keys currently tracked (waiting or running); 0 when the index is empty."""
-        return len(self._waiting.keys() | self._running_refs.keys())
-
     def is_empty(self) -> bool:
         """True when no request and no per-key state remains (memory back to empty)."""
-        return (
-            not self._state
-            and not self._waiting
-            and not self._running_refs
-            and not self._hot
-            and all(not keys for keys in self._level_keys)
-        )
+        return not self._state and not self._waiting and not self._running_refs and not self._hot
 
     # ------------------------------------------------------------------ updates
     def add(
@@ -239,7 +225,7 @@ class ChunkedHashTree:
         """Leading chunks of this request held by at least one running request."""
         keys = self._keys[self._known(request_id)]
         refs = self._running_refs
-        return _deepest_true(len(keys), lambda i: refs.get(keys[i], 0) > 0)
+        return deepest_true(len(keys), lambda i: refs.get(keys[i], 0) > 0)
 
     def running_common_chunks(self) -> int:
         """Chunks shared by every running request (0 when nothing runs)."""
@@ -248,7 +234,7 @@ class ChunkedHashTree:
             return 0
         keys = self._keys[next(iter(self._running))]
         refs = self._running_refs
-        return _deepest_true(len(keys), lambda i: refs.get(keys[i], 0) == n)
+        return deepest_true(len(keys), lambda i: refs.get(keys[i], 0) == n)
 
     def running_shared_chunks(self) -> int:
         """Leading chunks of the oldest running request that another running request also
@@ -258,7 +244,7 @@ class ChunkedHashTree:
             return 0
         keys = self._keys[next(iter(self._running))]
         refs = self._running_refs
-        return _deepest_true(len(keys), lambda i: refs.get(keys[i], 0) >= 2)
+        return deepest_true(len(keys), lambda i: refs.get(keys[i], 0) >= 2)
 
     def lost_chunks(self, request_id: str) -> int:
         """Chunks of the running batch's common prefix that admitting this request would lose.
@@ -271,7 +257,7 @@ class ChunkedHashTree:
         common = self.running_common_chunks()
         keys = self._keys[self._known(request_id)]
         refs = self._running_refs
-        kept = _deepest_true(min(common, len(keys)), lambda i: refs.get(keys[i], 0) == n)
+        kept = deepest_true(min(common, len(keys)), lambda i: refs.get(keys[i], 0) == n)
         return common - kept
 
     def group_size(self, request_id: str, chunks: int) -> int:
@@ -294,57 +280,17 @@ class ChunkedHashTree:
             raise UnknownRequestError(f"request {request_id!r} is not in the index")
         refs = self._running_refs
         waiting = self._waiting
-        lo, hi = 0, len(keys)
-        while lo < hi:  # deepest level held by a running request
-            mid = (lo + hi + 1) // 2
-            if keys[mid - 1] in refs:
-                lo = mid
-            else:
-                hi = mid - 1
-        matched = lo
-        lo, hi = matched, len(keys)
-        while lo < hi:  # deepest level shared with another waiting request
-            mid = (lo + hi + 1) // 2
-            members = waiting.get(keys[mid - 1])
-            if members is not None and len(members) >= 2:
-                lo = mid
-            else:
-                hi = mid - 1
-        depth = lo
+        # deepest level held by a running request, then shared with another waiting one
+        matched = deepest_true(len(keys), lambda i: keys[i] in refs)
+        depth = deepest_true(len(keys), lambda i: len(waiting.get(keys[i], ())) >= 2, matched)
         if depth == 0:
             return matched, 0, 1, 0
         key = keys[depth - 1]
         return matched, depth, len(waiting.get(key, ())), refs.get(key, 0)
 
-    def running_count(self, key: Key) -> int:
-        """Running requests holding `key` (sharing that prefix)."""
-        return self._running_refs.get(key, 0)
-
     def group_members(self, key: Key) -> list[str]:
         """Waiting ids holding `key`, oldest first."""
         return list(self._waiting.get(key, ()))
-
-    def largest_group(self, chunks: int) -> tuple[Key, int] | None:
-        """The waiting group sharing the most requests through `chunks` chunks, with its size.
-
-        Ties go to the group whose prefix appeared first. None when no waiting prompt has
-        that many chunks. O(distinct prefixes at that depth): a query for picking the next
-        group to serve, kept off the per-admission path (which it would slow down if group
-        sizes were kept sorted on every arrival and admission).
-        """
-        level = chunks - 1
-        if chunks < 1:
-            raise ValueError(f"chunks must be >= 1, got {chunks}")
-        if level >= len(self._level_keys) or not self._level_keys[level]:
-            return None
-        waiting = self._waiting
-        best_key, best = None, 0
-        for key in self._level_keys[level]:
-            n = len(waiting[key])
-            if n > best:
-                best_key, best = key, n
-        assert best_key is not None
-        return best_key, best
 
     def best_candidate(self) -> Candidate | None:
         """The waiting request that shares the most leading chunks with the running batch.
@@ -427,10 +373,9 @@ class ChunkedHashTree:
     def _forget(self, request_id: str) -> None:
         del self._state[request_id]
         del self._keys[request_id]
-        if not self._state:  # nothing left: drop lazily-kept per-level and heap state too
+        if not self._state:  # nothing left: drop the lazily-kept heap state too
             self._hot.clear()
             self._in_hot.clear()
-            self._level_keys.clear()
 
     def _is_hot(self, key: Key) -> bool:
         return key in self._running_refs and key in self._waiting
@@ -457,30 +402,24 @@ class ChunkedHashTree:
         # Hot path (every arrival and preemption): one dict insert per chunk, then one heap
         # entry for the request's deepest key held by the running batch (see _add_running).
         waiting = self._waiting
-        level_keys = self._level_keys
-        while len(level_keys) < len(keys):
-            level_keys.append({})
         for key in keys:
             members = waiting.get(key)
             if members is None:
                 waiting[key] = {request_id: None}
-                level_keys[key[0]][key] = None
             else:
                 members[request_id] = None
         running = self._running_refs
-        depth = _deepest_true(len(keys), lambda i: keys[i] in running)
+        depth = deepest_true(len(keys), lambda i: keys[i] in running)
         if depth:
             self._push_hot(keys[depth - 1])
 
     def _remove_waiting(self, request_id: str, keys: tuple[Key, ...]) -> None:
         # Hot path (every admission): one dict delete per chunk.
         waiting = self._waiting
-        level_keys = self._level_keys
         for key in keys:
             members = waiting[key]
             if len(members) == 1:
                 del waiting[key]
-                del level_keys[key[0]][key]
             else:
                 del members[request_id]
 
@@ -525,10 +464,12 @@ class ChunkedHashTree:
             self._push_hot(keys[first_gone - 1])
 
 
-def _deepest_true(n: int, pred) -> int:
-    """Largest m in [0, n] such that pred(i) holds for all i < m, given pred is monotone
-    (true then false along a chain)."""
-    lo, hi = 0, n
+def deepest_true(n: int, pred: Callable[[int], bool], lo: int = 0) -> int:
+    """Largest m in [lo, n] such that pred(i) holds for every i in [lo, m) (levels below
+    `lo` count as true), given that pred is monotone (true, then false: along one prefix
+    chain, the requests holding a level only shrink with depth). O(log n) calls of pred: the
+    one binary search every prefix-depth query shares."""
+    hi = n
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if pred(mid - 1):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from feather_sched.index.cht import ChunkedHashTree
+from feather_sched.index.cht import ChunkedHashTree, deepest_true
 
 
 class DecisionState(NamedTuple):
@@ -52,15 +52,8 @@ def log2_bin(value: int, top: int) -> int:
 def shared_depth(index: ChunkedHashTree, request_id: str) -> int:
     """Deepest chunk level this request shares with at least one other waiting request
     (group sizes only shrink with depth, so this is a binary search)."""
-    keys = index.keys_of(request_id)
-    lo, hi = 0, len(keys)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if index.group_size(request_id, mid) >= 2:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    chunks = len(index.keys_of(request_id))
+    return deepest_true(chunks, lambda i: index.group_size(request_id, i + 1) >= 2)
 
 
 def decision_state(index: ChunkedHashTree, request_id: str) -> DecisionState:

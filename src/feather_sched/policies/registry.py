@@ -10,10 +10,10 @@ from feather_sched.policies.base import Policy
 # name -> "module:Class"; imported lazily so optional policies cost nothing until used.
 _POLICIES: dict[str, str] = {
     "fcfs": "feather_sched.policies.fcfs:FCFSPolicy",
-    "lpm": "feather_sched.policies.sglang:LPMPolicy",
-    "dfs-weight": "feather_sched.policies.sglang:DFSWeightPolicy",
-    "lof": "feather_sched.policies.sglang:LOFPolicy",
-    "random": "feather_sched.policies.sglang:RandomPolicy",
+    "lpm": "feather_sched.policies.sglang_baselines:LPMPolicy",
+    "dfs-weight": "feather_sched.policies.sglang_baselines:DFSWeightPolicy",
+    "lof": "feather_sched.policies.sglang_baselines:LOFPolicy",
+    "random": "feather_sched.policies.sglang_baselines:RandomPolicy",
     "max-homogeneous": "feather_sched.policies.homogeneous:MaxHomogeneousPolicy",
     "grouped": "feather_sched.policies.grouped:GroupedPolicy",
     "feather": "feather_sched.policies.feather:FeatherPolicy",
