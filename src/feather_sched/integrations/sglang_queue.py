@@ -14,8 +14,9 @@ the slot the scheduler's `for` loop reads next (a list iterator reads by index, 
 ahead of it is seen; Python reference, "The for statement"). No order is computed for requests
 SGLang will not reach this pass, and ADD/STOP is asked exactly when SGLang offers a request.
 
-The CHT follows SGLang's lists by request id (set differences per pass); only prompts seen for
-the first time are hashed (`chunk_digests` over `origin_input_ids`). This module imports nothing
+The CHT follows SGLang's lists by request id (set differences per pass), through the same
+`EngineIndex` the vLLM adapter uses (host/engine_index.py); only prompts seen for the first
+time are hashed (`chunk_digests` over `origin_input_ids`). This module imports nothing
 from SGLang: it reads `rid`, `origin_input_ids`, `sampling_params.max_new_tokens`, `extra_key`
 and `cache_salt` off the requests it is given.
 """
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from feather_sched.host.admission import AdmissionPass, HostStats, PolicyHost
-from feather_sched.index.cht import ChunkedHashTree, chunk_digests
+from feather_sched.host.engine_index import EngineIndex, RequestFields, chunk_blocks
 from feather_sched.policies.base import Policy
 from feather_sched.request import Request
 from feather_sched.settings import PolicyStateSaver
@@ -48,6 +49,15 @@ def prompt_tokens(req: Any) -> np.ndarray:
     if isinstance(ids, array) and ids.itemsize == 8:
         return np.frombuffer(ids, dtype=np.int64) if len(ids) else np.zeros(0, np.int64)
     return np.asarray(ids, dtype=np.int64)
+
+
+def _max_new_tokens(req: Any) -> int | None:
+    return getattr(getattr(req, "sampling_params", None), "max_new_tokens", None)
+
+
+SGLANG_FIELDS = RequestFields(request_id=_rid, prompt=prompt_tokens, max_tokens=_max_new_tokens)
+"""SGLang's `Req` (srt/managers/schedule_batch.py): `rid`, `origin_input_ids`, the sampling
+params' `max_new_tokens`; no block hashes (the prompt is hashed once, when first seen)."""
 
 
 @dataclass
@@ -79,9 +89,12 @@ class SGLangQueue:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.host = PolicyHost(policy, engine="SGLang")
-        self.index = ChunkedHashTree(chunk_tokens)
+        block_size = max(1, int(block_size))
+        self.book = EngineIndex(block_size, chunk_blocks(chunk_tokens, block_size), SGLANG_FIELDS)
+        """The CHT and each request's metadata, kept as the vLLM adapter keeps them."""
+        self.index = self.book.cht
         self.tree_cache = tree_cache
-        self._block_size = max(1, int(block_size))
+        self._block_size = block_size
         self._clock = clock
         self.max_num_seqs = UNBOUNDED_SEQS
         self.passes = 0
@@ -90,14 +103,10 @@ class SGLangQueue:
         self.chunked_rid: str | None = None
         """The request SGLang is prefilling chunk by chunk: running, though in neither list."""
         self._chunk_pass = 0
-        self._reqs: dict[str, Any] = {}
-        self._entered: dict[str, float] = {}
         self._waiting: set[str] = set()
         self._running: set[str] = set()
         self._queue: list = []
         self._pass: _Pass | None = None
-        self._requests: dict[str, Request] = {}
-        self._block_hashes: dict[str, list[int]] = {}
         self._last_step: tuple[float, int, int] | None = None
         self.state_saver: PolicyStateSaver | None = None
         """Saves the policy's learned state while serving (`FEATHER_POLICY_STATE`)."""
@@ -139,29 +148,14 @@ class SGLangQueue:
         return (rid for rid in map(_rid, self._queue) if rid in waiting)
 
     def request(self, request_id: str) -> Request:
-        req = self._requests.get(request_id)
-        if req is None:
-            sg = self._reqs[request_id]
-            max_new = getattr(getattr(sg, "sampling_params", None), "max_new_tokens", None)
-            req = self._requests[request_id] = Request(
-                request_id=str(request_id),
-                prompt=prompt_tokens(sg),
-                output_len=max(1, int(max_new or 1)),
-                arrival_time=max(0.0, self._entered[request_id]),
-            )
-        return req
+        return self.book.request(request_id)
 
     def arrival_time(self, request_id: str) -> float:
         """When Feather first saw the request waiting (reset when it is retracted)."""
-        return self._entered[request_id]
+        return self.book.entered(request_id)
 
     def block_hashes(self, request_id: str) -> Sequence[int]:
-        hashes = self._block_hashes.get(request_id)
-        if hashes is None:
-            tokens = prompt_tokens(self._reqs[request_id])
-            full = len(tokens) // self._block_size * self._block_size
-            hashes = self._block_hashes[request_id] = chunk_digests(tokens[:full], self._block_size)
-        return hashes
+        return self.book.block_digests(request_id)
 
     def cached_blocks(self, request_id: str) -> int:
         """Leading prompt blocks SGLang's radix cache holds (a real tree match, as lpm does)."""
@@ -170,7 +164,7 @@ class SGLangQueue:
         from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
         from sglang.srt.mem_cache.radix_cache import RadixKey
 
-        sg = self._reqs[request_id]
+        sg = self.book.engine_request(request_id)
         key = RadixKey(
             token_ids=sg.origin_input_ids,
             extra_key=getattr(sg, "extra_key", None),
@@ -187,7 +181,7 @@ class SGLangQueue:
         requests that moved cost Python work. `running=None` (a caller without a running
         batch) leaves the running side alone.
         """
-        waiting, run, index = self._waiting, self._running, self.index
+        waiting, run, index, book = self._waiting, self._running, self.index, self.book
         cur_w = set(map(_rid, waiting_queue))
         running_reqs = None if running is None else list(running)
         cur_r = None if running_reqs is None else set(map(_rid, running_reqs))
@@ -205,25 +199,22 @@ class SGLangQueue:
         for rid in waiting - cur_w:
             waiting.discard(rid)
             if cur_r is None or rid in cur_r:
-                index.admit(rid)
+                book.running(book.engine_request(rid), now)
                 run.add(rid)
             else:
-                index.remove(rid)
-                self._forget(rid)
+                book.forget(rid)
         # left the running batch without coming back to the list: finished or aborted
         if cur_r is not None:
             for rid in run - cur_r - cur_w:
                 run.discard(rid)
-                index.finish(rid)
-                self._forget(rid)
+                book.forget(rid)
         # joined the list: retracted/preempted running requests, or new arrivals
         fresh: set[str] = set()
         for rid in cur_w - waiting:
             if rid in run:
                 run.discard(rid)
-                index.preempt(rid)
+                book.waiting(book.engine_request(rid), now)  # waits again from now
                 waiting.add(rid)
-                self._entered[rid] = now
             else:
                 fresh.add(rid)
         if fresh:
@@ -255,35 +246,27 @@ class SGLangQueue:
 
     def _add_new(self, reqs: Iterator[Any], rids: set[str], now: float, running: bool) -> None:
         need = len(rids)
-        chunk = self.index.chunk_size
+        book = self.book
         for req in reqs:
             rid = req.rid
             if rid not in rids or rid in self.index:
                 continue
-            self.index.add(rid, digests=chunk_digests(prompt_tokens(req), chunk))
-            self.stats.hashed += 1
-            self._reqs[rid] = req
-            self._entered[rid] = now
             if running:
-                self.index.admit(rid)
+                book.running(req, now)
                 self._running.add(rid)
             else:
+                book.waiting(req, now)
                 self._waiting.add(rid)
             need -= 1
             if not need:
-                return
+                break
+        self.stats.hashed = book.hashed
 
     def _admit(self, rid: str) -> None:
         self._waiting.discard(rid)
         self._running.add(rid)
-        self.index.admit(rid)
+        self.book.running(self.book.engine_request(rid), self._clock())
         self.stats.admitted += 1
-
-    def _forget(self, rid: str) -> None:
-        self._reqs.pop(rid, None)
-        self._entered.pop(rid, None)
-        self._requests.pop(rid, None)
-        self._block_hashes.pop(rid, None)
 
     # ------------------------------------------------------------------ one admission pass
     def begin_pass(self, waiting_queue: list, running: Iterable[Any] | None) -> None:
@@ -352,7 +335,7 @@ class SGLangQueue:
             return
         queue = p.queue
         try:
-            j = queue.index(self._reqs[rid], slot)
+            j = queue.index(self.book.engine_request(rid), slot)
         except ValueError:  # not in the list the scheduler walks: leave the order to SGLang
             self.stats.handovers += 1
             p.step.hand_over()

@@ -26,7 +26,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from feather_sched.host.admission import HostStats
-from feather_sched.integrations.engine_index import EngineIndex, chunk_blocks
+from feather_sched.host.engine_index import EngineIndex, chunk_blocks
 from feather_sched.integrations.vllm_admission import AdmissionController, FeatherRequestQueue
 from feather_sched.policies.base import Policy
 from feather_sched.policies.registry import make_policy

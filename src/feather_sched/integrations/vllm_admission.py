@@ -34,8 +34,8 @@ from vllm.v1.request import Request as VllmRequest
 from vllm.v1.request import RequestStatus
 
 from feather_sched.host.admission import AdmissionPass, HostStats, PolicyHost
+from feather_sched.host.engine_index import EngineIndex
 from feather_sched.index.cht import ChunkedHashTree
-from feather_sched.integrations.engine_index import EngineIndex
 from feather_sched.policies.base import Policy
 from feather_sched.request import Request
 

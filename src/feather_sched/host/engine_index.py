@@ -13,15 +13,16 @@ block hash become the int digest, so adding a request costs no token work. With
 final partial chunk) makes a coarser chain with the same prefix semantics. Without block hashes
 (prefix caching off) the prompt is hashed here with `chunk_digests`.
 
-This module imports nothing from the engines; it works on duck-typed requests with
-`request_id`, `prompt_token_ids`, `num_prompt_tokens`, `block_hashes`, `arrival_time` and
-`max_tokens`.
+This module imports nothing from the engines: `RequestFields` says how to read an engine's
+request object (`VLLM_FIELDS`, the default; the SGLang adapter has its own), so the vLLM and
+SGLang adapters keep their CHT and request metadata in one place.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -53,10 +54,50 @@ def chunk_blocks(chunk_tokens: int, block_size: int) -> int:
     return max(1, chunk_tokens // block_size)
 
 
+def _vllm_prompt(req: Any) -> Sequence[int]:
+    tokens = req.prompt_token_ids
+    # prompt embeddings carry no token ids: a zero prompt of the right length
+    return tokens if tokens is not None else np.zeros(req.num_prompt_tokens, np.int32)
+
+
+def _none(req: Any) -> None:
+    return None
+
+
+def _no_hashes(req: Any) -> Sequence[Any]:
+    return ()
+
+
+@dataclass(frozen=True)
+class RequestFields:
+    """How to read an engine's request object."""
+
+    request_id: Callable[[Any], str]
+    prompt: Callable[[Any], Sequence[int] | np.ndarray]
+    """The prompt's token ids."""
+    max_tokens: Callable[[Any], int | None]
+    arrival_time: Callable[[Any], float | None] = _none
+    """When it arrived, on the host's clock (None: when the index first sees it)."""
+    block_hashes: Callable[[Any], Sequence[Any]] = _no_hashes
+    """The engine's chained hashes of the prompt's full blocks (empty: hashed here)."""
+
+
+VLLM_FIELDS = RequestFields(
+    request_id=attrgetter("request_id"),
+    prompt=_vllm_prompt,
+    max_tokens=lambda r: getattr(r, "max_tokens", None),
+    arrival_time=lambda r: getattr(r, "arrival_time", None),
+    block_hashes=lambda r: getattr(r, "block_hashes", None) or (),
+)
+"""vLLM V1's `Request` (vllm/v1/request.py)."""
+
+
 @dataclass(slots=True)
 class _Meta:
     engine_request: Any
     entered: float
+    """When it entered the waiting queue (reset when it is preempted)."""
+    arrived: float
     block_digests: list[int] | None = None
     request: Request | None = None
 
@@ -68,18 +109,23 @@ class EngineIndex:
     the CHT's chunk is `block_size * chunk_blocks` tokens.
     """
 
-    def __init__(self, block_size: int, chunk_blocks: int = 1) -> None:
+    def __init__(
+        self, block_size: int, chunk_blocks: int = 1, fields: RequestFields = VLLM_FIELDS
+    ) -> None:
         if block_size < 1 or chunk_blocks < 1:
             raise ValueError("block_size and chunk_blocks must be >= 1")
         self.block_size = int(block_size)
         self.chunk_blocks = int(chunk_blocks)
+        self.fields = fields
         self.cht = ChunkedHashTree(self.block_size * self.chunk_blocks)
         self._meta: dict[str, _Meta] = {}
+        self.hashed = 0
+        """Prompts hashed here (not by the engine), each once, when first seen."""
 
     # ------------------------------------------------------------------ transitions
     def waiting(self, req: Any, now: float) -> None:
         """Ensure `req` is WAITING (arrival, preemption, re-queue after a skip)."""
-        rid = req.request_id
+        rid = self.fields.request_id(req)
         meta = self._meta_for(req, now)
         if rid not in self.cht:
             self.cht.add(rid, digests=self._chunk_digests(meta))
@@ -89,7 +135,7 @@ class EngineIndex:
 
     def running(self, req: Any, now: float) -> None:
         """Ensure `req` is RUNNING (admitted by the engine)."""
-        rid = req.request_id
+        rid = self.fields.request_id(req)
         if rid not in self.cht:
             self.cht.add(rid, digests=self._chunk_digests(self._meta_for(req, now)))
         elif self.cht.state(rid) is RequestState.RUNNING:
@@ -109,8 +155,9 @@ class EngineIndex:
 
     def resync(self, running: Iterable[Any], waiting: Iterable[Any], now: float) -> None:
         """Make the CHT hold exactly `running` (RUNNING) and `waiting` (WAITING)."""
-        run = {r.request_id: r for r in running}
-        wait = {r.request_id: r for r in waiting}
+        rid_of = self.fields.request_id
+        run = {rid_of(r): r for r in running}
+        wait = {rid_of(r): r for r in waiting}
         for rid in [*self.cht.running_ids(), *self.cht.waiting_ids()]:
             if rid not in run and rid not in wait:
                 self.park(rid)
@@ -134,6 +181,10 @@ class EngineIndex:
     def entered(self, request_id: str) -> float:
         return self._meta[request_id].entered
 
+    def engine_request(self, request_id: str) -> Any:
+        """The engine's own request object (the latest one seen under this id)."""
+        return self._meta[request_id].engine_request
+
     def block_digests(self, request_id: str) -> list[int]:
         """Int digests of the prompt's full blocks (the prefix cache's keys)."""
         meta = self._meta[request_id]
@@ -145,43 +196,42 @@ class EngineIndex:
         """The request as feather's `Request` (built once, on first use: it copies the prompt)."""
         meta = self._meta[request_id]
         if meta.request is None:
-            r = meta.engine_request
-            tokens = r.prompt_token_ids
-            prompt = (
-                np.asarray(tokens, dtype=np.int32)
-                if tokens is not None
-                else np.zeros(r.num_prompt_tokens, np.int32)
-            )
+            r, fields = meta.engine_request, self.fields
             meta.request = Request(
                 request_id=request_id,
-                prompt=prompt,
-                output_len=max(1, int(getattr(r, "max_tokens", 1) or 1)),
-                arrival_time=max(0.0, float(getattr(r, "arrival_time", 0.0) or 0.0)),
+                prompt=np.asarray(fields.prompt(r), dtype=np.int32),
+                output_len=max(1, int(fields.max_tokens(r) or 1)),
+                arrival_time=max(0.0, float(meta.arrived)),
             )
         return meta.request
 
     # ------------------------------------------------------------------ internals
     def _meta_for(self, req: Any, now: float) -> _Meta:
-        meta = self._meta.get(req.request_id)
+        rid = self.fields.request_id(req)
+        meta = self._meta.get(rid)
         if meta is None:
-            arrival = getattr(req, "arrival_time", None)
-            meta = self._meta[req.request_id] = _Meta(req, now if arrival is None else arrival)
+            arrival = self.fields.arrival_time(req)
+            at = now if arrival is None else arrival
+            meta = self._meta[rid] = _Meta(req, at, at)
         else:
             meta.engine_request = req
         return meta
 
     def _full_block_digests(self, req: Any) -> list[int]:
-        n_full = req.num_prompt_tokens // self.block_size
-        hashes = getattr(req, "block_hashes", None) or ()
+        tokens = self.fields.prompt(req)
+        n_full = len(tokens) // self.block_size
+        hashes = self.fields.block_hashes(req)
         if len(hashes) >= n_full:
             return [hash_to_int(h) for h in hashes[:n_full]]
-        tokens = req.prompt_token_ids or ()
         return chunk_digests(tokens[: n_full * self.block_size], self.block_size)
 
     def _chunk_digests(self, meta: _Meta) -> list[int]:
         req = meta.engine_request
-        hashes = getattr(req, "block_hashes", None) or ()
-        if len(hashes) >= req.num_prompt_tokens // self.block_size:
-            return sample_chain(self.block_digests(req.request_id), self.chunk_blocks)
-        # No engine hashes (prefix caching off): hash the prompt once, partial chunk included.
-        return chunk_digests(req.prompt_token_ids or (), self.cht.chunk_size)
+        tokens = self.fields.prompt(req)
+        hashes = self.fields.block_hashes(req)
+        if len(hashes) >= len(tokens) // self.block_size:
+            return sample_chain(self.block_digests(self.fields.request_id(req)), self.chunk_blocks)
+        # No engine hashes (prefix caching off, or an engine without them): hash the prompt
+        # once, partial chunk included.
+        self.hashed += 1
+        return chunk_digests(tokens, self.cht.chunk_size)
