@@ -118,3 +118,22 @@ def test_bench_policy_state_is_saved_then_loaded(tmp_path: Path) -> None:
     again = json.loads(state.read_text())
     pulls = lambda table: sum(add[0] + stop[0] for add, stop in table.values())  # noqa: E731
     assert pulls(again["table"]) >= pulls(saved["table"])
+
+
+def test_bench_record_echoes_the_options_as_given(tmp_path: Path) -> None:
+    """`max_num_seqs` is null in the record when each workload kept its own."""
+    trace = _trace(tmp_path / "t.jsonl")
+    out = tmp_path / "o.json"
+    args = ["bench", "-w", f"trace:{trace}", "--policies", "fcfs", "--seed", "2", "--json"]
+    result = runner.invoke(app, [*args, str(out), "--plot", str(tmp_path / "o.png")])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(out.read_text())
+    assert list(payload) == ["machine", "config", "rows"]
+    assert payload["config"] == {
+        "hardware": "h100",
+        "model": "llama-3.1-8b",
+        "kernel": "paged",
+        "seed": 2,
+        "drop_overlong": False,
+        "engine": {"max_num_seqs": None, "max_num_batched_tokens": 8192, "num_kv_blocks": None},
+    }

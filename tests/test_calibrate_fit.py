@@ -6,10 +6,13 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from feather_sched.bench import vllm_calibrate
 from feather_sched.bench.calibrate_fit import fit_profile, mape, predict
 from feather_sched.bench.tiny_llama import ENGINE_MODELS
 from feather_sched.bench.vllm_calibrate import (
+    COMPARE_POLICIES,
     GRIDS,
+    CalibrateSpec,
     Sample,
     default_compositions,
     median_of_passes,
@@ -127,3 +130,87 @@ def test_bench_engine_vllm_rejects_unsized_workloads_and_bad_engines() -> None:
     assert result.exit_code != 0
     result = runner.invoke(app, ["calibrate", "--engine", "sglang"])
     assert result.exit_code != 0
+
+
+def _engine_free_calibration(monkeypatch: pytest.MonkeyPatch) -> list[Sample]:
+    """Stand-ins for the engine parts of `run_calibration`: samples from a known profile
+    (decode 10% slower, prefill 10% faster than it) and two real rows with their steps."""
+    model = load_model("tiny-llama")
+    truth = load_hardware("cpu").replace(bandwidth_efficiency=0.3, step_overhead_s=0.0015)
+    samples = []
+    for b in (1, 4, 16):
+        for p in (128, 512):
+            label = f"B{b}-P{p}"
+            decode = BatchShape.shared_prefix_decode([b], p, 16)
+            prefill = BatchShape(num_prefill_tokens=p * b, prefill_attn_pairs=p * (p + 1) // 2 * b,
+                                 logical_kv_tokens=p * b, unique_kv_tokens=p * b,
+                                 num_prefill_seqs=b)  # fmt: skip
+            for kind, shape, scale in (("decode", decode, 1.1), ("prefill", prefill, 0.9)):
+                seconds = float(predict(truth, model, [shape])[0]) * scale
+                samples.append(Sample(label, kind, shape, seconds))
+    row = {"workload": "no-sharing (kv-pressure)", "output_tok_s": 900.0, "mean_batch": 5.0}
+    row |= {"steps": 40, "busy_s": 0.5, "kv_blocks": 96, "scenario": "kv-pressure"}
+    steps = [BatchShape.shared_prefix_decode([4], 512, 16)] * 40
+    runs = [{**row, "policy": p, "step_shapes": steps} for p in ("vllm", "grouped")]
+    monkeypatch.setattr(vllm_calibrate, "require_vllm", lambda: None)
+    monkeypatch.setattr(vllm_calibrate, "engine_env_defaults", lambda: None)
+    monkeypatch.setattr(vllm_calibrate, "model_dir", lambda spec, cache=None: ("m", "auto", 512))
+    monkeypatch.setattr(vllm_calibrate, "_measure", lambda *args: (samples, runs))
+    monkeypatch.setattr(vllm_calibrate, "_vllm_version", lambda: "0.0")
+    return samples
+
+
+def test_run_calibration_fits_saves_and_compares(tmp_path, monkeypatch) -> None:
+    """The calibration's own logic with the engine replaced: the fit on the training
+    compositions, errors on the held-out ones, the saved profile, the replayed comparison."""
+    samples = _engine_free_calibration(monkeypatch)
+    bench = VllmBenchSpec(workloads=("no-sharing",), policies=("grouped",))
+    spec = CalibrateSpec(bench=bench, holdout_every=3, passes=1, quick=True)
+    ticks: list[str] = []
+    report = vllm_calibrate.run_calibration(spec, tmp_path / "hw.json", on_progress=ticks.append)
+    assert list(report) == [
+        "profile_path", "profile", "train_mape", "heldout_mape", "heldout_mape_by_kind",
+        "samples", "heldout", "decode", "end_to_end", "spec",
+    ]  # fmt: skip
+    assert ticks == ["fitting 8 samples", "end-to-end comparison"]
+    assert {h["composition"] for h in report["heldout"]} == {"B4-P128", "B16-P512"}
+    assert report["samples"] == {"train": 8, "heldout": 4}
+    assert set(report["heldout_mape_by_kind"]) == {"decode", "prefill"}
+    assert report["train_mape"] < 0.2 and report["heldout_mape"] < 0.2
+    assert len(report["decode"]) == 6 and sum(d["heldout"] for d in report["decode"]) == 2
+    saved = load_hardware(tmp_path / "hw.json")
+    assert saved.name == report["profile"]["name"] == "cpu-vllm-fitted"
+    assert "model tiny-llama, 8 step samples" in saved.description
+    vllm_row, grouped_row = report["end_to_end"]
+    assert (vllm_row["policy"], grouped_row["policy"]) == ("vllm", "grouped")
+    assert vllm_row["real_tok_s"] == 900.0 and vllm_row["sim_tok_s"] > 0
+    assert vllm_row["replay_over_busy"] > 0  # the fitted model priced the run's own steps
+    assert report["spec"] == {
+        "model": None, "base_hardware": "cpu", "model_profile": None, "block_size": 32,
+        "max_model_len": None, "max_num_batched_tokens": 4096, "kv_blocks": None,
+        "holdout_every": 3, "repeats": 1, "quick": True, "seed": 0,
+        "compare_workloads": ("no-sharing",), "compare_policies": ("grouped",),
+        "compare_scenarios": None, "compare_repeats": 3, "policy_options": {},
+    }  # fmt: skip
+    assert len(samples) == 12
+
+
+def test_run_calibration_compares_given_rows_and_needs_a_profile_for_a_directory(
+    tmp_path, monkeypatch
+) -> None:
+    _engine_free_calibration(monkeypatch)
+    given = [{"workload": "no-sharing (kv-pressure)", "policy": "vllm", "scenario": "kv-pressure",
+              "kv_blocks": 96, "output_tok_s": 700.0}]  # fmt: skip
+    bench = VllmBenchSpec(workloads=("no-sharing",), policies=("grouped",))
+    spec = CalibrateSpec(bench=bench, passes=1, bench_rows=given)
+    report = vllm_calibrate.run_calibration(spec, tmp_path / "hw.json")
+    ((row,),) = [report["end_to_end"]]
+    assert row["real_tok_s"] == 700.0 and row["replay_over_busy"] is None
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="needs --model-profile"):
+        vllm_calibrate.run_calibration(
+            CalibrateSpec(bench=VllmBenchSpec(model=str(model))), tmp_path / "x.json"
+        )
+    assert CalibrateSpec().bench.policies == COMPARE_POLICIES

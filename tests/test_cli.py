@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from feather_sched import Request
@@ -104,3 +105,117 @@ def test_train_uses_the_suites_engine_settings() -> None:
     assert _suite_max_num_seqs("paper-5g") == 500  # what `feather bench` runs it with
     assert _suite_max_num_seqs("shared-prefix") == 256
     assert _suite_max_num_seqs("tree") == 256  # a generator outside the suite
+
+
+def test_write_record_puts_the_machine_first_and_paths_as_text(tmp_path: Path) -> None:
+    from feather_sched.bench.machine import write_json, write_record
+
+    out = tmp_path / "new" / "dir" / "r.json"  # its folder is made
+    write_record(out, config={"state": tmp_path / "s.json"}, rows=[{"a": 1}])
+    text = out.read_text()
+    payload = json.loads(text)
+    assert list(payload) == ["machine", "config", "rows"] and text.endswith("}\n")
+    assert payload["config"]["state"] == str(tmp_path / "s.json")
+    with pytest.raises(TypeError, match="object is not JSON serializable"):
+        write_json(tmp_path / "bad.json", {"x": object()})  # only paths are converted
+
+
+def _calibration_report() -> dict:
+    e2e = {"workload": "w (kv)", "policy": "vllm", "real_tok_s": 1000.0, "sim_tok_s": 1100.0}
+    e2e |= {"sim_over_real": 1.1, "real_mean_batch": 3.0, "sim_mean_batch": 3.5}
+    return {
+        "profile_path": "hw.json",
+        "profile": {"name": "cpu-vllm-fitted", "step_overhead_s": 0.001, "peak_flops": 1e12},
+        "train_mape": 0.05,
+        "heldout_mape": 0.07,
+        "heldout_mape_by_kind": {"decode": 0.06, "prefill": 0.1},
+        "samples": {"train": 10, "heldout": 3},
+        "end_to_end": [
+            {**e2e, "replay_over_busy": None},
+            {**e2e, "policy": "grouped", "replay_over_busy": 1.05},
+        ],
+        "spec": {"quick": True},
+    }
+
+
+def test_calibrate_prints_the_fit_and_records_the_report(tmp_path: Path, monkeypatch) -> None:
+    from feather_sched.bench import vllm_calibrate
+
+    specs = []
+
+    def fake_calibration(spec, out, on_progress=None, cache=None) -> dict:
+        specs.append(spec)
+        return _calibration_report()
+
+    monkeypatch.setattr(vllm_calibrate, "run_calibration", fake_calibration)
+    rows = tmp_path / "bench.json"
+    rows.write_text(json.dumps({"rows": [{"workload": "w", "policy": "vllm"}]}))
+    record = tmp_path / "cal.json"
+    args = ["calibrate", "--quick", "--bench-json", str(rows), "--feather-hardware", "cpu"]
+    result = runner.invoke(app, [*args, "--json", str(record)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "step-time MAPE: train 5.0% (10 samples), held-out 7.0% (3 samples: decode 6.0%" in (
+        result.output
+    )
+    assert "fitted: step_overhead_s=0.001" in result.output and "peak_flops" not in result.output
+    assert "model on real steps" in result.output and "1.05" in result.output
+    payload = json.loads(record.read_text())
+    assert list(payload) == ["machine", *_calibration_report()]
+    (spec,) = specs
+    assert spec.bench.policies == vllm_calibrate.COMPARE_POLICIES and spec.bench.repeats == 1
+    assert spec.passes == 5 and spec.bench_rows == [{"workload": "w", "policy": "vllm"}]
+    assert spec.bench.policy_options == {"feather": {"hardware": "cpu", "model": "tiny-llama"}}
+    bad = runner.invoke(app, ["calibrate", "--bench-json", str(record)])  # no "rows"
+    assert bad.exit_code == 2 and "error: 'rows'" in bad.output
+
+
+def test_bench_engine_vllm_records_its_spec(tmp_path: Path, monkeypatch) -> None:
+    from dataclasses import asdict
+
+    from feather_sched.bench import vllm_engine
+
+    specs = []
+    row = {"workload": "w (kv-64-blocks)", "policy": "vllm", "output_tok_s": 9.0, "vs_fcfs": 1.0}
+
+    def fake_bench(spec, on_progress=None, cache=None) -> list[dict]:
+        specs.append(spec)
+        return [dict(row)]
+
+    monkeypatch.setattr(vllm_engine, "run_vllm_bench", fake_bench)
+    state, out = tmp_path / "state.json", tmp_path / "out" / "v.json"
+    args = ["bench", "--engine", "vllm", "--num-kv-blocks", "64", "--async-scheduling"]
+    args += ["--policy-state", str(state), "--json", str(out), "--plot", str(tmp_path / "v.png")]
+    result = runner.invoke(app, args, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "tiny-llama, seed 0, 3 runs, async scheduling" in result.output
+    (spec,) = specs
+    assert list(spec.policies) == ["grouped", "feather"] and spec.workloads is None
+    payload = json.loads(out.read_text())
+    assert payload["rows"] == [row]
+    config = payload["config"]
+    assert config == json.loads(json.dumps({"engine": "vllm", **asdict(spec)}, default=str))
+    assert config["scenarios"] == [{"name": "kv-64-blocks", "num_blocks": 64}]
+    assert config["policy_state"] == str(state) and config["max_num_seqs"] == 256
+
+
+def test_train_reports_the_learning_curve(tmp_path: Path, monkeypatch) -> None:
+    from feather_sched.rl import train as rl_train
+
+    runs = []
+
+    def fake_train(out, config, mix) -> rl_train.TrainReport:
+        runs.append((config, list(mix)))
+        return rl_train.TrainReport(Path(out), 640, 12, 3.0, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+
+    monkeypatch.setattr(rl_train, "require_rl", lambda: None)
+    monkeypatch.setattr(rl_train, "train", fake_train)
+    args = ["train", "-w", "paper-5g,mix", "--steps", "64", "--out", str(tmp_path / "w.npz")]
+    result = runner.invoke(app, args, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "trained 640 decisions over 12 episodes in 3 s" in result.output
+    assert "first 1 1, last 1 6" in result.output
+    ((config, mix),) = runs
+    assert config.steps == 64 and mix[0].max_num_seqs == 500  # the suite's, for paper-*
+    assert mix[1:] == list(rl_train.DEFAULT_MIX)
+    bad = runner.invoke(app, ["train", "-w", "no-such-workload"], terminal_width=200)
+    assert bad.exit_code == 2 and "no-such-workload" in bad.output and not runs[1:]

@@ -1,16 +1,30 @@
-"""The `feather` command."""
+"""The `feather` command.
+
+Each command reads its options into a spec (the library's own frozen dataclass), runs it,
+then reports: a table on the console and, for benchmarks, a JSON record
+(`bench.machine.write_record`). Bad input found after option parsing exits with status 2 and
+a message on stderr, as the option parser's own errors do.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from feather_sched.bench.suite import DEFAULT_POLICIES
+from feather_sched.bench.machine import write_json, write_record
+from feather_sched.bench.suite import DEFAULT_POLICIES, BenchSpec
+from feather_sched.bench.vllm_engine import KvScenario, VllmBenchSpec
+from feather_sched.sim.config import EngineConfig
+from feather_sched.sim.cost import StepCostModel
 
 app = typer.Typer(
     help="Feather: prefix-homogeneity-aware scheduling for LLM serving.",
@@ -28,6 +42,96 @@ def _main() -> None:
     """Feather: prefix-homogeneity-aware scheduling for LLM serving."""
 
 
+# ---- options shared by several commands
+
+_Hardware = Annotated[str, typer.Option(help="Hardware profile name or JSON file.")]
+_Kernel = Annotated[str, typer.Option(help="Attention kernel: paged or ideal.")]
+_Seed = Annotated[int, typer.Option()]
+
+# ---- `feather bench` options
+
+_BenchWorkloads = Annotated[
+    list[str],
+    typer.Option(
+        "--workload",
+        "-w",
+        help="Workload name or trace:PATH; repeat or comma-separate. Default: the built-in suite.",
+    ),
+]
+_BenchPolicies = Annotated[
+    str | None,
+    typer.Option(
+        help="Comma-separated policies to compare. Default: "
+        + ",".join(DEFAULT_POLICIES)
+        + " (sim); grouped and feather against vLLM's own scheduler (--engine vllm).",
+    ),
+]
+_BenchModel = Annotated[
+    str | None,
+    typer.Option(
+        help="Model profile name or JSON file (sim; default llama-3.1-8b). --engine vllm: a "
+        "random-weight Llama built locally, tiny-llama (default) or kv-bound (KV-read-bound "
+        "decode, its own workloads: paper-32g, paper-4g, no-sharing), or a model directory.",
+    ),
+]
+_BenchMaxNumSeqs = Annotated[
+    int | None,
+    typer.Option(min=1, help="Engine max running sequences (default 256; 500 for paper-*)."),
+]
+_MaxBatchedTokens = Annotated[int, typer.Option(min=1, help="Engine token budget per step.")]
+_KvBlocks = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="KV cache blocks (sim default: sized from the hardware memory; --engine vllm "
+        "default: two runs, under KV pressure and without).",
+    ),
+]
+_PolicyState = Annotated[
+    Path | None,
+    typer.Option(
+        "--policy-state",
+        help="Feather bandit table: loaded if the file exists (warm start), saved after the "
+        "run (--engine vllm: after each feather run, so later repeats start warm).",
+    ),
+]
+_BenchFeatherHardware = Annotated[
+    str | None,
+    typer.Option(
+        help="Hardware profile (name or JSON) the feather policy takes as its step-cost prior. "
+        "Sim: default the bench's own --hardware, 'none' for no prior. --engine vllm: default "
+        "none; pass the profile `feather calibrate` fitted for this machine.",
+    ),
+]
+_BenchJson = Annotated[Path, typer.Option("--json", help="JSON results.")]
+_BenchPlot = Annotated[Path, typer.Option("--plot", help="PNG plot.")]
+_BenchEngine = Annotated[
+    str,
+    typer.Option(help="sim: the simulator; vllm: the real vLLM engine (needs the 'vllm' extra)."),
+]
+_BenchRepeats = Annotated[int, typer.Option(min=1, help="Runs per configuration (--engine vllm).")]
+_AsyncScheduling = Annotated[
+    bool,
+    typer.Option(
+        "--async-scheduling",
+        help="--engine vllm: run vLLM's async scheduling (the GPU default), also on CPU.",
+    ),
+]
+_DropOverlong = Annotated[
+    bool,
+    typer.Option(
+        "--drop-overlong",
+        help="Drop requests longer than the model's context (prompt + output), counted in "
+        "the row as dropped_overlong; without it such a workload is an error.",
+    ),
+]
+
+
+def _names(items: Sequence[str] | None) -> list[str]:
+    """Names from an option that may be repeated and comma-separated; blanks dropped."""
+    return [w.strip() for item in (items or []) for w in item.split(",") if w.strip()]
+
+
 def _int_list(text: str, option: str) -> list[int]:
     try:
         values = [int(v.replace("_", "")) for v in text.split(",") if v.strip()]
@@ -40,107 +144,58 @@ def _int_list(text: str, option: str) -> list[int]:
     return values
 
 
+def _fail(err: Exception) -> NoReturn:
+    """Bad input found past option parsing: its message on stderr (markup-escaped, so a
+    bracket in it prints as written) and exit status 2, as the option parser's errors."""
+    err_console.print(f"[red]error:[/red] {escape(str(err))}")
+    raise typer.Exit(2) from None
+
+
 @app.command("bench")
 def bench(
-    workload: list[str] = typer.Option(
-        None,
-        "--workload",
-        "-w",
-        help="Workload name or trace:PATH; repeat or comma-separate. Default: the built-in suite.",
-    ),
-    policies: str | None = typer.Option(
-        None,
-        help="Comma-separated policies to compare. Default: "
-        + ",".join(DEFAULT_POLICIES)
-        + " (sim); grouped and feather against vLLM's own scheduler (--engine vllm).",
-    ),
-    hardware: str = typer.Option("h100", help="Hardware profile name or JSON file."),
-    model: str | None = typer.Option(
-        None,
-        help="Model profile name or JSON file (sim; default llama-3.1-8b). --engine vllm: a "
-        "random-weight Llama built locally, tiny-llama (default) or kv-bound (KV-read-bound "
-        "decode, its own workloads: paper-32g, paper-4g, no-sharing), or a model directory.",
-    ),
-    kernel: str = typer.Option("paged", help="Attention kernel: paged or ideal."),
-    seed: int = typer.Option(0, help="Workload seed."),
-    max_num_seqs: int | None = typer.Option(
-        None, min=1, help="Engine max running sequences (default 256; 500 for paper-*)."
-    ),
-    max_batched_tokens: int = typer.Option(8192, min=1, help="Engine token budget per step."),
-    num_kv_blocks: int | None = typer.Option(
-        None,
-        min=1,
-        help="KV cache blocks (sim default: sized from the hardware memory; --engine vllm "
-        "default: two runs, under KV pressure and without).",
-    ),
-    policy_state: Path | None = typer.Option(
-        None,
-        "--policy-state",
-        help="Feather bandit table: loaded if the file exists (warm start), saved after the "
-        "run (--engine vllm: after each feather run, so later repeats start warm).",
-    ),
-    feather_hardware: str | None = typer.Option(
-        None,
-        help="Hardware profile (name or JSON) the feather policy takes as its step-cost prior. "
-        "Sim: default the bench's own --hardware, 'none' for no prior. --engine vllm: default "
-        "none; pass the profile `feather calibrate` fitted for this machine.",
-    ),
-    json_out: Path = typer.Option(Path("feather-bench.json"), "--json", help="JSON results."),
-    plot: Path = typer.Option(Path("feather-bench.png"), "--plot", help="PNG plot."),
-    engine: str = typer.Option(
-        "sim", help="sim: the simulator; vllm: the real vLLM engine (needs the 'vllm' extra)."
-    ),
-    repeats: int = typer.Option(3, min=1, help="Runs per configuration (--engine vllm)."),
-    async_scheduling: bool = typer.Option(
-        False,
-        "--async-scheduling",
-        help="--engine vllm: run vLLM's async scheduling (the GPU default), also on CPU.",
-    ),
-    drop_overlong: bool = typer.Option(
-        False,
-        "--drop-overlong",
-        help="Drop requests longer than the model's context (prompt + output), counted in "
-        "the row as dropped_overlong; without it such a workload is an error.",
-    ),
+    workload: _BenchWorkloads = None,
+    policies: _BenchPolicies = None,
+    hardware: _Hardware = "h100",
+    model: _BenchModel = None,
+    kernel: _Kernel = "paged",
+    seed: Annotated[int, typer.Option(help="Workload seed.")] = 0,
+    max_num_seqs: _BenchMaxNumSeqs = None,
+    max_batched_tokens: _MaxBatchedTokens = 8192,
+    num_kv_blocks: _KvBlocks = None,
+    policy_state: _PolicyState = None,
+    feather_hardware: _BenchFeatherHardware = None,
+    json_out: _BenchJson = Path("feather-bench.json"),
+    plot: _BenchPlot = Path("feather-bench.png"),
+    engine: _BenchEngine = "sim",
+    repeats: _BenchRepeats = 3,
+    async_scheduling: _AsyncScheduling = False,
+    drop_overlong: _DropOverlong = False,
 ) -> None:
     """Run every policy on every workload (simulated, or on vLLM); table, JSON and a plot."""
     if engine == "vllm":
-        _bench_vllm(
-            workload,
-            policies,
-            model,
-            seed,
-            max_num_seqs,
-            max_batched_tokens,
-            num_kv_blocks,
-            repeats,
-            json_out,
-            plot,
-            policy_state,
-            async_scheduling,
-            feather_hardware,
-            drop_overlong,
+        vllm_spec = VllmBenchSpec(
+            workloads=_names(workload) or None,
+            policies=_names([policies or ""]) or _default_vllm_policies(),
+            model=model,
+            scenarios=_kv_scenarios(num_kv_blocks),
+            max_num_seqs=max_num_seqs or VllmBenchSpec.max_num_seqs,
+            max_num_batched_tokens=max_batched_tokens,
+            repeats=repeats,
+            seed=seed,
+            policy_state=policy_state,
+            async_scheduling=async_scheduling,
+            policy_options=feather_prior_options(feather_hardware, model),
+            drop_overlong=drop_overlong,
         )
-        return
+        return _bench_vllm(vllm_spec, json_out, plot)
     if engine != "sim":
         raise typer.BadParameter(f"expected sim or vllm, got {engine!r}", param_hint="--engine")
-    policies = policies or ",".join(DEFAULT_POLICIES)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    from feather_sched.bench.machine import machine_info
-    from feather_sched.bench.report import plot_results, results_table
-    from feather_sched.bench.suite import DEFAULT_WORKLOADS, BenchSpec, run_bench
-    from feather_sched.sim.config import EngineConfig
-
-    model = model or BenchSpec.model  # one default, the spec's
-
-    names = [w.strip() for item in (workload or []) for w in item.split(",") if w.strip()]
     try:
         spec = BenchSpec(
-            workloads=names or list(DEFAULT_WORKLOADS),
-            policies=[p.strip() for p in policies.split(",") if p.strip()],
+            workloads=_names(workload) or list(BenchSpec.workloads),
+            policies=_names([policies or ",".join(DEFAULT_POLICIES)]),
             hardware=hardware,
-            model=model,
+            model=model or BenchSpec.model,  # one default, the spec's
             kernel=kernel,
             seed=seed,
             engine=EngineConfig(
@@ -153,14 +208,29 @@ def bench(
             feather_hardware=feather_hardware,
             drop_overlong=drop_overlong,
         )
-        spec.validate()
-        from feather_sched.sim.cost import StepCostModel
-
-        StepCostModel(hardware, model, kernel)  # fail fast on bad profiles
     except ValueError as err:
-        err_console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(2) from None
-    total = spec.total_runs()
+        _fail(err)
+    _bench_sim(spec, json_out, plot)
+
+
+def _bench_sim(spec: BenchSpec, json_out: Path, plot: Path) -> None:
+    """`feather bench` (the simulator): every (workload, policy) with a progress bar."""
+    try:
+        spec.validate()
+        StepCostModel(spec.hardware, spec.model, spec.kernel)  # fail fast on bad profiles
+    except ValueError as err:
+        _fail(err)
+    rows = _simulate_with_progress(spec)
+    title = f"feather bench: {spec.hardware} + {spec.model}, {spec.kernel} kernel, seed {spec.seed}"
+    _report_bench(rows, title, _sim_config(spec), json_out, plot)
+
+
+def _simulate_with_progress(spec: BenchSpec) -> list[dict]:
+    """The sim bench's rows; a bar counts the runs (an oracle's sweep counts each cap)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from feather_sched.bench.suite import run_bench
+
     with Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -169,110 +239,76 @@ def bench(
         console=console,
         transient=True,
     ) as progress:
-        task = progress.add_task("simulating", total=total)
+        task = progress.add_task("simulating", total=spec.total_runs())
 
         def tick(label: str) -> None:
             progress.update(task, advance=1, description=label)
 
         try:
-            rows = run_bench(spec, on_progress=tick)
+            return run_bench(spec, on_progress=tick)
         except (ValueError, FileNotFoundError) as err:
             progress.stop()
-            err_console.print(f"[red]error:[/red] {err}")
-            raise typer.Exit(2) from None
-    title = f"feather bench: {hardware} + {model}, {kernel} kernel, seed {seed}"
-    console.print(results_table(rows, title))
-    payload = {
-        "machine": machine_info(),
-        "config": {
-            "hardware": hardware,
-            "model": model,
-            "kernel": kernel,
-            "seed": seed,
-            "drop_overlong": drop_overlong,
-            "engine": {
-                "max_num_seqs": max_num_seqs,
-                "max_num_batched_tokens": max_batched_tokens,
-                "num_kv_blocks": num_kv_blocks,
-            },
+            _fail(err)
+
+
+def _sim_config(spec: BenchSpec) -> dict[str, Any]:
+    """The sim record's config: the options as given (`max_num_seqs` None when each workload
+    keeps its own), so a record says what was asked, not only what ran."""
+    engine = spec.engine
+    asked_seqs = engine.max_num_seqs if "max_num_seqs" in spec.engine_overrides else None
+    return {
+        "hardware": spec.hardware,
+        "model": spec.model,
+        "kernel": spec.kernel,
+        "seed": spec.seed,
+        "drop_overlong": spec.drop_overlong,
+        "engine": {
+            "max_num_seqs": asked_seqs,
+            "max_num_batched_tokens": engine.max_num_batched_tokens,
+            "num_kv_blocks": engine.num_kv_blocks,
         },
-        "rows": rows,
     }
-    json_out.parent.mkdir(parents=True, exist_ok=True)
-    json_out.write_text(json.dumps(payload, indent=2) + "\n")
-    plot_results(rows, plot, title)
-    console.print(f"wrote {json_out} and {plot}")
 
 
-def _bench_vllm(
-    workload: list[str] | None,
-    policies: str | None,
-    model: str | None,
-    seed: int,
-    max_num_seqs: int | None,
-    max_batched_tokens: int,
-    num_kv_blocks: int | None,
-    repeats: int,
-    json_out: Path,
-    plot: Path,
-    policy_state: Path | None = None,
-    async_scheduling: bool = False,
-    feather_hardware: str | None = None,
-    drop_overlong: bool = False,
-) -> None:
-    """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
-    from dataclasses import asdict
-
-    from rich.markup import escape
-
-    from feather_sched.bench.machine import machine_info
-    from feather_sched.bench.report import plot_results, results_table
-    from feather_sched.bench.vllm_engine import (
-        KvScenario,
-        VllmBenchSpec,
-        run_vllm_bench,
-    )
+def _default_vllm_policies() -> list[str]:
+    """The real-engine bench's policies when none are named: grouped, and feather when it is
+    registered (vLLM's own scheduler always runs, as the baseline)."""
     from feather_sched.policies.registry import policy_names
 
-    names = [w.strip() for item in (workload or []) for w in item.split(",") if w.strip()]
-    default_policies = ["grouped", *(["feather"] if "feather" in policy_names() else [])]
-    chosen = [p.strip() for p in (policies or "").split(",") if p.strip()] or default_policies
-    scenarios = None
-    if num_kv_blocks is not None:
-        scenarios = (KvScenario(f"kv-{num_kv_blocks}-blocks", num_kv_blocks),)
-    spec = VllmBenchSpec(
-        workloads=names or None,
-        policies=chosen,
-        model=model,
-        scenarios=scenarios,
-        max_num_seqs=max_num_seqs or VllmBenchSpec.max_num_seqs,
-        max_num_batched_tokens=max_batched_tokens,
-        repeats=repeats,
-        seed=seed,
-        policy_state=policy_state,
-        async_scheduling=async_scheduling,
-        policy_options=feather_prior_options(feather_hardware, model),
-        drop_overlong=drop_overlong,
-    )
+    return ["grouped", *(["feather"] if "feather" in policy_names() else [])]
+
+
+def _kv_scenarios(num_kv_blocks: int | None) -> tuple[KvScenario, ...] | None:
+    """One KV scenario of the given size; None leaves the model scale's two."""
+    if num_kv_blocks is None:
+        return None
+    return (KvScenario(f"kv-{num_kv_blocks}-blocks", num_kv_blocks),)
+
+
+def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
+    """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
+    from feather_sched.bench.vllm_engine import run_vllm_bench
+
     try:
         spec.validate()
         with console.status("vllm bench") as status:
             rows = run_vllm_bench(spec, on_progress=lambda label: status.update(label))
     except (ValueError, RuntimeError, FileNotFoundError) as err:
-        err_console.print(f"[red]error:[/red] {escape(str(err))}")
-        raise typer.Exit(2) from None
-    mode = ", async scheduling" if async_scheduling else ""
-    title = (
-        f"feather bench --engine vllm: {model or 'tiny-llama'}, seed {seed}, {repeats} runs{mode}"
-    )
+        _fail(err)
+    mode = ", async scheduling" if spec.async_scheduling else ""
+    model = spec.model or "tiny-llama"
+    title = f"feather bench --engine vllm: {model}, seed {spec.seed}, {spec.repeats} runs{mode}"
+    _report_bench(rows, title, {"engine": "vllm", **asdict(spec)}, json_out, plot)
+
+
+def _report_bench(
+    rows: list[dict], title: str, config: dict[str, Any], json_out: Path, plot: Path
+) -> None:
+    """A bench's report, either engine: the table, the JSON record, the plot."""
+    from feather_sched.bench.report import plot_results, results_table
+
     console.print(results_table(rows, title))
-    payload = {
-        "machine": machine_info(),
-        "config": {"engine": "vllm", **asdict(spec)},
-        "rows": rows,
-    }
-    json_out.parent.mkdir(parents=True, exist_ok=True)
-    json_out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    write_record(json_out, config=config, rows=rows)
     plot_results(rows, plot, title)
     console.print(f"wrote {json_out} and {plot}")
 
@@ -293,69 +329,106 @@ def feather_prior_options(hardware: str | None, model: str | None) -> dict:
     return {"feather": {"hardware": hardware, "model": name}}
 
 
-@app.command("calibrate")
-def calibrate(
-    engine: str = typer.Option("vllm", help="Engine to measure (vllm)."),
-    model: str | None = typer.Option(
-        None,
+# ---- `feather calibrate` options
+
+_CalibrateModel = Annotated[
+    str | None,
+    typer.Option(
         help="tiny-llama (default) or kv-bound (random-weight Llamas built locally), or a "
         "Hugging Face model directory.",
     ),
-    model_profile: str | None = typer.Option(
-        None, help="Model profile (name or JSON) of a --model directory, for the cost model."
+]
+_ModelProfile = Annotated[
+    str | None,
+    typer.Option(help="Model profile (name or JSON) of a --model directory, for the cost model."),
+]
+_BaseHardware = Annotated[
+    str, typer.Option(help="Hardware profile whose peak figures the fit starts from.")
+]
+_BenchJsonIn = Annotated[
+    Path | None,
+    typer.Option(
+        help="Real-engine rows from `feather bench --engine vllm --json` to compare with."
     ),
-    base_hardware: str = typer.Option(
-        "cpu", help="Hardware profile whose peak figures the fit starts from."
-    ),
-    out: Path = typer.Option(Path("feather-hw-fitted.json"), help="Fitted hardware profile."),
-    json_out: Path = typer.Option(Path("feather-calibrate.json"), "--json", help="Report."),
-    bench_json: Path | None = typer.Option(
-        None, help="Real-engine rows from `feather bench --engine vllm --json` to compare with."
-    ),
-    holdout_every: int = typer.Option(4, min=2, help="Hold out every N-th composition."),
-    repeats: int = typer.Option(
-        5, min=1, help="Passes over the grid; each sample is the median over passes."
-    ),
-    quick: bool = typer.Option(False, help="A small grid of compositions (a smoke run)."),
-    seed: int = typer.Option(0),
-    feather_hardware: str | None = typer.Option(
-        None,
+]
+_GridPasses = Annotated[
+    int,
+    typer.Option(min=1, help="Passes over the grid; each sample is the median over passes."),
+]
+_Quick = Annotated[bool, typer.Option(help="A small grid of compositions (a smoke run).")]
+_CalibrateFeatherHardware = Annotated[
+    str | None,
+    typer.Option(
         help="A fitted hardware profile the compared feather policy takes as its step-cost "
         "prior (e.g. an earlier calibration's --out).",
     ),
+]
+
+
+@app.command("calibrate")
+def calibrate(
+    engine: Annotated[str, typer.Option(help="Engine to measure (vllm).")] = "vllm",
+    model: _CalibrateModel = None,
+    model_profile: _ModelProfile = None,
+    base_hardware: _BaseHardware = "cpu",
+    out: Annotated[Path, typer.Option(help="Fitted hardware profile.")] = Path(
+        "feather-hw-fitted.json"
+    ),
+    json_out: Annotated[Path, typer.Option("--json", help="Report.")] = Path(
+        "feather-calibrate.json"
+    ),
+    bench_json: _BenchJsonIn = None,
+    holdout_every: Annotated[int, typer.Option(min=2, help="Hold out every N-th composition.")] = 4,
+    repeats: _GridPasses = 5,
+    quick: Annotated[
+        bool, typer.Option(help="A small grid of compositions (a smoke run).")
+    ] = False,
+    seed: _Seed = 0,
+    feather_hardware: _CalibrateFeatherHardware = None,
 ) -> None:
     """Measure real step times, fit the cost model's hardware parameters, report its error."""
-    from rich.markup import escape
-
-    from feather_sched.bench.machine import machine_info
-    from feather_sched.bench.vllm_calibrate import CalibrateSpec, run_calibration
-    from feather_sched.sim.cost import HardwareProfile
+    from feather_sched.bench.vllm_calibrate import COMPARE_POLICIES, CalibrateSpec, run_calibration
 
     if engine != "vllm":
         raise typer.BadParameter(
             f"only vllm can be calibrated, got {engine!r}", param_hint="--engine"
         )
     try:
-        rows = None
-        if bench_json is not None:
-            rows = json.loads(bench_json.read_text())["rows"]
-        spec = CalibrateSpec(
+        rows = _read_bench_rows(bench_json)
+        bench_spec = VllmBenchSpec(
             model=model,
-            model_profile=model_profile,
-            base_hardware=base_hardware,
-            holdout_every=holdout_every,
-            repeats=repeats,
-            quick=quick,
-            compare_repeats=1 if quick else 3,
+            policies=COMPARE_POLICIES,
+            repeats=1 if quick else VllmBenchSpec.repeats,
             seed=seed,
-            bench_rows=rows,
             policy_options=feather_prior_options(feather_hardware, model),
+        )
+        spec = CalibrateSpec(
+            bench=bench_spec,
+            base_hardware=base_hardware,
+            model_profile=model_profile,
+            holdout_every=holdout_every,
+            passes=repeats,
+            quick=quick,
+            bench_rows=rows,
         )
         with console.status("calibrate") as status:
             report = run_calibration(spec, out, on_progress=lambda label: status.update(label))
     except (ValueError, RuntimeError, FileNotFoundError, KeyError) as err:
-        err_console.print(f"[red]error:[/red] {escape(str(err))}")
-        raise typer.Exit(2) from None
+        _fail(err)
+    _print_calibration(report)
+    write_record(json_out, **report)
+    console.print(f"wrote {out} and {json_out}")
+
+
+def _read_bench_rows(path: Path | None) -> list[dict[str, Any]] | None:
+    """The rows of a `feather bench --engine vllm` record, or None to run the bench."""
+    return None if path is None else json.loads(path.read_text())["rows"]
+
+
+def _print_calibration(report: dict[str, Any]) -> None:
+    """The fit's errors, the fitted parameters, and the end-to-end comparison table."""
+    from feather_sched.sim.cost import HardwareProfile
+
     by_kind = ", ".join(f"{k} {v:.1%}" for k, v in report["heldout_mape_by_kind"].items())
     console.print(
         f"step-time MAPE: train {report['train_mape']:.1%} "
@@ -367,11 +440,17 @@ def calibrate(
         "fitted: "
         + ", ".join(f"{k}={fitted[k]:.4g}" for k in fitted if k in HardwareProfile.FIT_FIELDS)
     )
+    console.print(_end_to_end_table(report["end_to_end"]))
+
+
+def _end_to_end_table(rows: list[dict[str, Any]]) -> Table:
+    """Simulated vs real tokens/s per row, and the model on the real run's own steps (the
+    cost model's share of the gap; the rest is the simulator's scheduling)."""
     table = Table(title="end to end: simulated vs real output tokens/s")
     cols = ("workload", "policy", "real tok/s", "sim tok/s", "sim/real", "batch real/sim")
     for col in (*cols, "model on real steps"):
         table.add_column(col, justify="left" if col in ("workload", "policy") else "right")
-    for r in report["end_to_end"]:
+    for r in rows:
         replay = r.get("replay_over_busy")
         table.add_row(
             r["workload"],
@@ -382,32 +461,33 @@ def calibrate(
             f"{r['real_mean_batch']}/{r['sim_mean_batch']}",
             "-" if replay is None else f"{replay:.2f}",
         )
-    console.print(table)
-    report["machine"] = machine_info()
-    json_out.parent.mkdir(parents=True, exist_ok=True)
-    json_out.write_text(json.dumps(report, indent=2) + "\n")
-    console.print(f"wrote {out} and {json_out}")
+    return table
 
 
 @app.command("index-bench")
 def index_bench(
-    queues: str = typer.Option("1000,10000,100000", help="Queue sizes, 2,000-token prompts."),
-    long_queues: str = typer.Option(
-        "1000,10000", help="Queue sizes for the long-prompt case (20,000-token prompts)."
-    ),
-    chunk_size: int = typer.Option(64, min=1, help="CHT chunk size in tokens."),
-    batch: int = typer.Option(32, min=1, help="Admissions per scheduling decision."),
-    repeats: int = typer.Option(5, min=1, help="Timed repetitions per measurement (median)."),
-    seed: int = typer.Option(0),
-    json_out: Path | None = typer.Option(None, "--json", help="Write rows to this JSON file."),
+    queues: Annotated[
+        str, typer.Option(help="Queue sizes, 2,000-token prompts.")
+    ] = "1000,10000,100000",
+    long_queues: Annotated[
+        str, typer.Option(help="Queue sizes for the long-prompt case (20,000-token prompts).")
+    ] = "1000,10000",
+    chunk_size: Annotated[int, typer.Option(min=1, help="CHT chunk size in tokens.")] = 64,
+    batch: Annotated[int, typer.Option(min=1, help="Admissions per scheduling decision.")] = 32,
+    repeats: Annotated[
+        int, typer.Option(min=1, help="Timed repetitions per measurement (median).")
+    ] = 5,
+    seed: _Seed = 0,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write rows to this JSON file.")
+    ] = None,
 ) -> None:
     """Time prefix detection per scheduling decision: CHT vs radix-tree LPM pass."""
-    from feather_sched.bench.index_bench import IndexBenchCase, run_case
-    from feather_sched.bench.machine import machine_info
+    from feather_sched.bench.index_bench import IndexBenchCase, IndexBenchRow, run_case
 
     cases = [IndexBenchCase(q, 2_000, 1_500) for q in _int_list(queues, "--queues")]
     cases += [IndexBenchCase(q, 20_000, 15_000) for q in _int_list(long_queues, "--long-queues")]
-    rows = []
+    rows: list[IndexBenchRow] = []
     with console.status("index-bench") as status:
         for case in cases:
             row = run_case(
@@ -423,6 +503,14 @@ def index_bench(
                 f"queue {row.queue:>7,} x {row.prompt_tokens:>6,} tok: "
                 f"CHT {row.cht_us_per_decision:,.1f} us, radix {row.radix_us_per_decision:,.0f} us"
             )
+    console.print(_index_table(rows, batch))
+    if json_out is not None:
+        write_record(json_out, rows=[r.to_dict() for r in rows])
+        console.print(f"wrote {json_out}")
+
+
+def _index_table(rows: Sequence[Any], batch: int) -> Table:
+    """Per queue: cost per decision of each index, the speedup, and the insert costs."""
     table = Table(title=f"Prefix detection cost per decision ({batch} admissions)")
     for col in (
         "queue",
@@ -444,78 +532,87 @@ def index_bench(
             f"{r.cht_us_per_insert:,.1f}",
             f"{r.radix_us_per_insert:,.1f}",
         )
-    console.print(table)
-    if json_out is not None:
-        payload = {"machine": machine_info(), "rows": [r.to_dict() for r in rows]}
-        json_out.write_text(json.dumps(payload, indent=2) + "\n")
-        console.print(f"wrote {json_out}")
+    return table
 
 
-@app.command("train")
-def train_cmd(
-    workload: list[str] = typer.Option(
-        None,
+# ---- `feather train` options
+
+_TrainWorkloads = Annotated[
+    list[str],
+    typer.Option(
         "--workload",
         "-w",
         help="Workload name to train on (repeat or comma-separate; 'mix' = the built-in mix). "
         "Default: the built-in mix (paper long-prefix scenarios, shared-prefix, document-qa).",
     ),
-    steps: int = typer.Option(100_000, min=1, help="PPO steps (ADD/STOP decisions)."),
-    out: Path = typer.Option(Path("feather_ppo.npz"), help="Where to write the weights (.npz)."),
-    seed: int = typer.Option(0, help="Training seed (PPO and episode draws)."),
-    hardware: str = typer.Option("h100", help="Hardware profile name or JSON file."),
-    model: str = typer.Option("llama-3-8b", help="Model profile name or JSON file."),
-    kernel: str = typer.Option("paged", help="Attention kernel: paged or ideal."),
-    max_num_seqs: int | None = typer.Option(
-        None,
+]
+_TrainMaxNumSeqs = Annotated[
+    int | None,
+    typer.Option(
         min=1,
         help="Engine max running sequences (default: the bench suite's setting for the "
         "workload, e.g. 500 for paper-*; else 256).",
     ),
+]
+
+
+@app.command("train")
+def train_cmd(
+    workload: _TrainWorkloads = None,
+    steps: Annotated[int, typer.Option(min=1, help="PPO steps (ADD/STOP decisions).")] = 100_000,
+    out: Annotated[Path, typer.Option(help="Where to write the weights (.npz).")] = Path(
+        "feather_ppo.npz"
+    ),
+    seed: Annotated[int, typer.Option(help="Training seed (PPO and episode draws).")] = 0,
+    hardware: _Hardware = "h100",
+    model: Annotated[str, typer.Option(help="Model profile name or JSON file.")] = "llama-3-8b",
+    kernel: _Kernel = "paged",
+    max_num_seqs: _TrainMaxNumSeqs = None,
 ) -> None:
     """Train the feather-ppo policy (PPO on the simulator) and save its weights.
 
     Use the result with FEATHER_PPO_WEIGHTS=PATH (e.g. for `feather bench`), or copy it over
     src/feather_sched/policies/weights/feather_ppo.npz to ship it. Needs the `rl` extra.
     """
-    from rich.markup import escape
-
-    from feather_sched.rl.train import (
-        DEFAULT_MIX,
-        MixEntry,
-        RLMissingError,
-        TrainConfig,
-        require_rl,
-        train,
-    )
+    from feather_sched.rl.train import RLMissingError, TrainConfig, require_rl, train
 
     try:
         require_rl()
     except RLMissingError as err:
-        err_console.print(f"[red]error:[/red] {escape(str(err))}")  # keep ".[rl]" literal
-        raise typer.Exit(2) from None
-    names = [w.strip() for item in (workload or []) for w in item.split(",") if w.strip()]
-    mix: list[MixEntry] = []
+        _fail(err)
     try:
-        for name in names or ["mix"]:
-            if name == "mix":
-                mix.extend(DEFAULT_MIX)
-            else:
-                entry = MixEntry(name, max_num_seqs=max_num_seqs or _suite_max_num_seqs(name))
-                entry.build()  # fail fast on unknown names
-                mix.append(entry)
-        from feather_sched.sim.cost import StepCostModel
-
+        mix = _training_mix(_names(workload), max_num_seqs)
         StepCostModel(hardware, model, kernel)  # fail fast on bad profiles
     except (ValueError, FileNotFoundError) as err:
-        err_console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(2) from None
+        _fail(err)
     config = TrainConfig(steps=steps, seed=seed, hardware=hardware, model=model, kernel=kernel)
     try:
         report = train(out, config, mix)
     except RuntimeError as err:
-        err_console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(2) from None
+        _fail(err)
+    _print_training(report)
+
+
+def _training_mix(names: list[str], max_num_seqs: int | None) -> list[Any]:
+    """The training workloads: 'mix' (or none named) is the built-in mix; any other name runs
+    with the bench suite's engine settings unless --max-num-seqs says otherwise. Each is built
+    once here, so an unknown name fails before training starts."""
+    from feather_sched.rl.train import DEFAULT_MIX, MixEntry
+
+    mix: list[MixEntry] = []
+    for name in names or ["mix"]:
+        if name == "mix":
+            mix.extend(DEFAULT_MIX)
+        else:
+            entry = MixEntry(name, max_num_seqs=max_num_seqs or _suite_max_num_seqs(name))
+            entry.build()
+            mix.append(entry)
+    return mix
+
+
+def _print_training(report: Any) -> None:
+    """What training did, and whether it learned: the mean episode throughput of the first
+    and the last quarter of episodes (shown once there are at least four)."""
     curve = report.episode_tok_s
     console.print(
         f"trained {report.steps:,} decisions over {report.episodes} episodes in "
@@ -539,15 +636,17 @@ def _suite_max_num_seqs(workload: str) -> int:
 
 @trace_app.command("stats")
 def trace_stats_cmd(
-    path: Path = typer.Argument(
-        ..., help="Trace file: Mooncake JSONL (hash_ids) or Feather JSONL."
-    ),
-    limit: int | None = typer.Option(None, min=1, help="Read only the first N requests."),
-    json_out: Path | None = typer.Option(None, "--json", help="Also write the stats as JSON."),
+    path: Annotated[
+        Path, typer.Argument(help="Trace file: Mooncake JSONL (hash_ids) or Feather JSONL.")
+    ],
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Read only the first N requests.")
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the stats as JSON.")
+    ] = None,
 ) -> None:
     """Request count, token totals and the share of prompt tokens that are a shared prefix."""
-    from dataclasses import asdict
-
     from feather_sched.workloads.stats import render_stats, trace_stats
     from feather_sched.workloads.traces import TraceFormatError, read_trace
 
@@ -559,11 +658,10 @@ def trace_stats_cmd(
         with console.status("computing shared prefixes"):
             stats = trace_stats(requests)
     except TraceFormatError as err:
-        err_console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(2) from None
+        _fail(err)
     console.print(render_stats(stats, title=f"Trace {path.name}"))
     if json_out is not None:
-        json_out.write_text(json.dumps(asdict(stats), indent=2) + "\n")
+        write_json(json_out, asdict(stats))
         console.print(f"wrote {json_out}")
 
 

@@ -93,6 +93,18 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def _us_each(fn: Callable[[], object], count: int) -> float:
+    """Microseconds per item of one timed pass over `count` items, with the garbage
+    collector off: a collection landing in one index's pass and not the other's would be
+    charged to that index."""
+    gc.disable()
+    try:
+        t = _timed(fn)
+    finally:
+        gc.enable()
+    return t / count * 1e6
+
+
 def run_case(
     case: IndexBenchCase,
     *,
@@ -109,76 +121,22 @@ def run_case(
     prompts = make_queue(case, seed)
     ids = [f"q{i}" for i in range(len(prompts))]
 
-    # ---- CHT: build the index (hash + add), which is the per-request insert cost
-    say("CHT insert")
+    say("CHT insert")  # building the index (hash + add) is the per-request insert cost
     cht = ChunkedHashTree(chunk_size)
-    gc.disable()
-    try:
-        t = _timed(lambda: [cht.add(rid, p) for rid, p in zip(ids, prompts)])
-    finally:
-        gc.enable()
-    cht_insert_us = t / len(prompts) * 1e6
-
-    # running batch: the oldest `running` members of the first request's group
-    prefix_chunks = max(1, case.prefix_tokens // chunk_size)
-    first_keys = cht.keys_of(ids[0])
-    group_key = first_keys[min(prefix_chunks, len(first_keys)) - 1]
-    running_ids = cht.group_members(group_key)[: min(running, case.queue - 1)]
-    for rid in running_ids:
-        cht.admit(rid)
-    digests = {rid: [k[1] for k in cht.keys_of(rid)] for rid in ids}
-
-    # ---- CHT decision: admit the next `batch` best candidates, FCFS when none shares a chunk
+    cht_insert_us = _us_each(lambda: [cht.add(rid, p) for rid, p in zip(ids, prompts)], len(ids))
+    running_ids = _admit_running_batch(cht, case, ids, chunk_size, running)
     say("CHT decisions")
     take = min(batch, cht.num_waiting)
+    cht_times = _cht_decision_times(cht, ids, take, repeats)
 
-    def cht_decision() -> list[str]:
-        chosen = []
-        for _ in range(take):
-            cand = cht.best_candidate()
-            rid = cand.request_id if cand is not None else next(cht.waiting_ids())
-            cht.admit(rid)
-            chosen.append(rid)
-        return chosen
-
-    cht_times = []
-    for _ in range(max(repeats, 3) * 4):
-        start = time.perf_counter()
-        chosen = cht_decision()
-        cht_times.append(time.perf_counter() - start)
-        for rid in chosen:  # untimed: they finish and equivalent requests arrive again
-            cht.finish(rid)
-            cht.add(rid, digests=digests[rid])
-
-    # ---- radix: cached prefixes + running prompts in the tree; LPM pass over the queue
     say("radix insert")
     radix = RadixTree()
-    rng = np.random.default_rng(seed + 1)
-    prefixes = {p[: case.prefix_tokens].tobytes(): p[: case.prefix_tokens] for p in prompts}
-    for j, prefix in enumerate(prefixes.values()):
-        radix.insert(f"prefix{j}", prefix)
-    sample = rng.choice(len(prompts), size=min(len(prompts), 2_000), replace=False)
-    gc.disable()
-    try:
-        t = _timed(lambda: [radix.insert(ids[i], prompts[i]) for i in sample])
-    finally:
-        gc.enable()
-    radix_insert_us = t / len(sample) * 1e6
-    for i in sample:
-        radix.remove(ids[i])
+    radix_insert_us = _radix_insert_us(radix, case, prompts, ids, seed)
     for rid in running_ids:
         if rid not in radix:
             radix.insert(rid, prompts[int(rid[1:])])
-    waiting = [i for i, rid in enumerate(ids) if rid not in set(running_ids)]
-
-    def radix_decision() -> list[int]:
-        matched = [(radix.match_prefix(prompts[i]), i) for i in waiting]
-        matched.sort(key=lambda m: -m[0])
-        return [i for _, i in matched[:batch]]
-
     say("radix LPM passes")
-    radix_decision()  # first pass may split edges; later passes see the settled tree
-    radix_times = [_timed(radix_decision) for _ in range(max(1, repeats))]
+    radix_times = _radix_decision_times(radix, prompts, ids, running_ids, batch, repeats)
 
     return IndexBenchRow(
         queue=case.queue,
@@ -191,3 +149,85 @@ def run_case(
         cht_us_per_insert=round(cht_insert_us, 2),
         radix_us_per_insert=round(radix_insert_us, 2),
     )
+
+
+def _admit_running_batch(
+    cht: ChunkedHashTree, case: IndexBenchCase, ids: list[str], chunk_size: int, running: int
+) -> list[str]:
+    """Admit the running batch: the oldest `running` members of the first request's prefix
+    group (a server mid-way through one group), leaving at least one request waiting."""
+    prefix_chunks = max(1, case.prefix_tokens // chunk_size)
+    first_keys = cht.keys_of(ids[0])
+    group_key = first_keys[min(prefix_chunks, len(first_keys)) - 1]
+    running_ids = cht.group_members(group_key)[: min(running, case.queue - 1)]
+    for rid in running_ids:
+        cht.admit(rid)
+    return running_ids
+
+
+def _cht_decision_times(
+    cht: ChunkedHashTree, ids: list[str], take: int, repeats: int
+) -> list[float]:
+    """Seconds per CHT decision: admit the `take` best candidates one by one (FCFS when none
+    shares a chunk with the running batch). Between timed decisions the admitted requests
+    finish and equivalent ones arrive again (untimed), so every decision sees the same queue."""
+    digests = {rid: [k[1] for k in cht.keys_of(rid)] for rid in ids}
+
+    def decision() -> list[str]:
+        chosen = []
+        for _ in range(take):
+            cand = cht.best_candidate()
+            rid = cand.request_id if cand is not None else next(cht.waiting_ids())
+            cht.admit(rid)
+            chosen.append(rid)
+        return chosen
+
+    times = []
+    for _ in range(max(repeats, 3) * 4):
+        start = time.perf_counter()
+        chosen = decision()
+        times.append(time.perf_counter() - start)
+        for rid in chosen:
+            cht.finish(rid)
+            cht.add(rid, digests=digests[rid])
+    return times
+
+
+def _radix_insert_us(
+    radix: RadixTree, case: IndexBenchCase, prompts: list[np.ndarray], ids: list[str], seed: int
+) -> float:
+    """Microseconds per radix insert of a whole prompt (what SGLang does when it caches a
+    request), timed on up to 2,000 sampled prompts into a tree already holding every shared
+    prefix; the sampled prompts are removed again afterwards."""
+    rng = np.random.default_rng(seed + 1)
+    prefixes = {p[: case.prefix_tokens].tobytes(): p[: case.prefix_tokens] for p in prompts}
+    for j, prefix in enumerate(prefixes.values()):
+        radix.insert(f"prefix{j}", prefix)
+    sample = rng.choice(len(prompts), size=min(len(prompts), 2_000), replace=False)
+    us = _us_each(lambda: [radix.insert(ids[i], prompts[i]) for i in sample], len(sample))
+    for i in sample:
+        radix.remove(ids[i])
+    return us
+
+
+def _radix_decision_times(
+    radix: RadixTree,
+    prompts: list[np.ndarray],
+    ids: list[str],
+    running_ids: list[str],
+    batch: int,
+    repeats: int,
+) -> list[float]:
+    """Seconds per radix decision (SGLang's LPM pass): match every waiting prompt against
+    the tree, sort by matched length, take the top `batch`. The first pass is untimed: it
+    may split edges, and later passes see the settled tree."""
+    running_set = set(running_ids)
+    waiting = [i for i, rid in enumerate(ids) if rid not in running_set]
+
+    def decision() -> list[int]:
+        matched = [(radix.match_prefix(prompts[i]), i) for i in waiting]
+        matched.sort(key=lambda m: -m[0])
+        return [i for _, i in matched[:batch]]
+
+    decision()
+    return [_timed(decision) for _ in range(max(1, repeats))]

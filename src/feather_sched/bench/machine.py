@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from pathlib import Path
 
 
 def _cpu_model() -> str:
@@ -42,8 +43,21 @@ def machine_info() -> dict:
     }
 
 
+def _path_as_text(value: object) -> str:
+    """JSON for the one non-JSON value a spec carries, a file path; anything else is a bug."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def write_json(path: str | os.PathLike, payload: object) -> None:
+    """Every JSON file the package writes: indented, newline-terminated, its folder made, so
+    records from different commands read and diff alike."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2, default=_path_as_text) + "\n")
+
+
 def write_record(path: str | os.PathLike, **fields: object) -> None:
     """A benchmark's JSON record: the machine it ran on, then its fields (rows, config)."""
-    with open(path, "w") as f:
-        json.dump({"machine": machine_info(), **fields}, f, indent=2)
-        f.write("\n")
+    write_json(path, {"machine": machine_info(), **fields})

@@ -19,6 +19,22 @@ _COLUMNS = (
 )
 
 
+def add_relative(
+    rows: Sequence[dict],
+    baseline: str,
+    columns: Sequence[tuple[str, str]] = (("output_tok_s", "vs_fcfs"),),
+) -> None:
+    """Each row's speed relative to the baseline policy's row of the same workload, in
+    place: for each (key, out) pair, `out` = row[key] / baseline row[key] (None without a
+    baseline row, or when its value is 0). One rule for every bench's `vs_fcfs` column, so
+    the simulated and the real-engine tables compare alike."""
+    for key, out in columns:
+        base = {r["workload"]: r[key] for r in rows if r["policy"] == baseline}
+        for r in rows:
+            b = base.get(r["workload"])
+            r[out] = round(r[key] / b, 3) if b else None
+
+
 def _fmt(fmt: str, value) -> str:
     return "-" if value is None else fmt.format(value)
 

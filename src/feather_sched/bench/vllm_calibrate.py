@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from feather_sched.bench.calibrate_fit import fit_profile, mape, predict
 from feather_sched.bench.vllm_engine import (
     BASELINE,
     ENGINE_SCALES,
-    KvScenario,
+    StepProbe,
     VllmBenchSpec,
     engine_env_defaults,
     engine_workload,
@@ -46,7 +46,6 @@ from feather_sched.bench.vllm_engine import (
     require_vllm,
     run_repetition,
     scheduler_of,
-    step_shape,
 )
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost import (
@@ -162,51 +161,54 @@ class Sample:
     seconds: float
 
 
+COMPARE_POLICIES = ("grouped", "feather")
+"""The policies a calibration compares end to end by default (beside vLLM's own)."""
+
+
 @dataclass(frozen=True)
 class CalibrateSpec:
-    model: str | None = None
+    """What `feather calibrate` measures, fits and compares: the composition grid and the
+    fit's own settings, around the one bench spec both engines are built from."""
+
+    bench: VllmBenchSpec = field(default_factory=lambda: VllmBenchSpec(policies=COMPARE_POLICIES))
+    """The real-engine bench the fitted model is compared with end to end (its `repeats`:
+    runs per configuration). Its model, block size, context length and token budget also
+    build the grid's engine, so the measured steps and the compared runs share one engine
+    configuration."""
     base_hardware: str = "cpu"
     model_profile: str | None = None
     """Model profile (name or JSON) for the cost model; None: the built-in model's own."""
-    block_size: int = 32
-    max_model_len: int | None = None
-    """None: the model scale's (`vllm_engine.ENGINE_SCALES`)."""
-    max_num_batched_tokens: int = 4096
     kv_blocks: int | None = None
-    """KV blocks of the grid's engine; None: the scale's largest scenario."""
+    """KV blocks of the grid's engine; None: the bench's largest scenario."""
     holdout_every: int = 4
-    repeats: int = 5
+    passes: int = 5
     """Passes over the composition grid; each sample's time is the median over passes."""
     quick: bool = False
-    seed: int = 0
-    compare_workloads: Sequence[str] | None = None
-    """None: the scale's default workloads."""
-    compare_policies: Sequence[str] = ("grouped", "feather")
-    compare_scenarios: Sequence[KvScenario] | None = None
-    compare_repeats: int = 3
-    policy_options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Options of the compared policies (e.g. feather's step-cost prior)."""
     bench_rows: list[dict[str, Any]] | None = field(default=None, compare=False)
     """Real-engine rows from `feather bench --engine vllm` to compare with (None: run them)."""
 
-
-class _ShapeProbe:
-    """Records the BatchShape of every step the live scheduler schedules."""
-
-    def __init__(self, sched) -> None:
-        self.sched = sched
-        self.shapes: list[BatchShape] = []
-        self._schedule = sched.schedule
-        sched.schedule = self._on_schedule
-
-    def _on_schedule(self, *args, **kwargs):
-        out = self._schedule(*args, **kwargs)
-        if out.num_scheduled_tokens:
-            self.shapes.append(step_shape(self.sched, out))
-        return out
-
-    def close(self) -> None:
-        del self.sched.schedule
+    def record(self) -> dict[str, Any]:
+        """The spec as a calibration report stores it: the compared bench's fields under the
+        report's established names (`compare_*`), so reports stay comparable across runs."""
+        bench = asdict(self.bench)
+        return {
+            "model": bench["model"],
+            "base_hardware": self.base_hardware,
+            "model_profile": self.model_profile,
+            "block_size": bench["block_size"],
+            "max_model_len": bench["max_model_len"],
+            "max_num_batched_tokens": bench["max_num_batched_tokens"],
+            "kv_blocks": self.kv_blocks,
+            "holdout_every": self.holdout_every,
+            "repeats": self.passes,
+            "quick": self.quick,
+            "seed": bench["seed"],
+            "compare_workloads": bench["workloads"],
+            "compare_policies": bench["policies"],
+            "compare_scenarios": bench["scenarios"],
+            "compare_repeats": bench["repeats"],
+            "policy_options": bench["policy_options"],
+        }
 
 
 def measure(llm, comp: Composition, vocab: int, seed: int) -> list[Sample]:
@@ -241,9 +243,9 @@ def measure(llm, comp: Composition, vocab: int, seed: int) -> list[Sample]:
 
     for i, ids in enumerate(prompts[: comp.batch - comp.late]):
         add(i, ids)
-    probe = _ShapeProbe(scheduler_of(llm))
     timed: list[tuple[BatchShape, float]] = []
-    try:
+    with StepProbe(scheduler_of(llm), record_shapes=True) as probe:
+        assert probe.shapes is not None
         while engine.has_unfinished_requests():
             if late and timed and not timed[-1][0].num_prefill_seqs:
                 add(comp.batch - len(late), late.pop(0))  # one arrival while others decode
@@ -253,8 +255,6 @@ def measure(llm, comp: Composition, vocab: int, seed: int) -> list[Sample]:
             dt = time.perf_counter() - t0
             if len(probe.shapes) == before + 1:
                 timed.append((probe.shapes[-1], dt))
-    finally:
-        probe.close()
     samples = [
         Sample(comp.label, "mixed" if shape.num_decode else "prefill", shape, dt)
         for shape, dt in timed
@@ -306,77 +306,101 @@ def run_calibration(
     engine_env_defaults()
     require_vllm()
     tick = on_progress or (lambda _label: None)
-    bench_spec = VllmBenchSpec(
-        workloads=spec.compare_workloads,
-        policies=spec.compare_policies,
-        model=spec.model,
-        scenarios=spec.compare_scenarios,
-        block_size=spec.block_size,
-        max_model_len=spec.max_model_len,
-        max_num_batched_tokens=spec.max_num_batched_tokens,
-        repeats=1,
-        seed=spec.seed,
-        policy_options=spec.policy_options,
-    )
-    bench_spec.validate()
-    bench_spec = bench_spec.resolved()
-    builtin = spec.model is None or spec.model in ENGINE_SCALES
-    if spec.model_profile is None and not builtin:
+    spec.bench.validate()
+    bench = spec.bench.resolved()
+    model = _cost_model_profile(spec)
+    path, dtype, vocab = model_dir(bench, cache)
+    samples, runs = _measure(spec, bench, path, dtype, vocab, tick)
+    fit = _fit(spec, model, samples, tick)
+    fit.profile.save(out)
+    tick("end-to-end comparison")
+    rows = spec.bench_rows if spec.bench_rows is not None else _replayed(runs, fit.profile, model)
+    return {
+        "profile_path": str(out),
+        **fit.report(samples, model),
+        "end_to_end": compare_end_to_end(fit.profile, model, bench, rows, vocab),
+        "spec": spec.record(),
+    }
+
+
+def _cost_model_profile(spec: CalibrateSpec) -> ModelProfile:
+    """The model profile the fit prices steps with: a built-in engine model has its own; a
+    model directory's must be named, since its shape decides what a step costs."""
+    model = spec.bench.model
+    if spec.model_profile is None and not (model is None or model in ENGINE_SCALES):
         raise ValueError("--model DIR needs --model-profile (a model profile name or JSON file)")
-    model = load_model_profile(spec.model_profile or spec.model or "tiny-llama")
-    path, dtype, vocab = model_dir(bench_spec, cache)
-    samples, runs = _measure(spec, bench_spec, path, dtype, vocab, tick)
+    return load_model_profile(spec.model_profile or model or "tiny-llama")
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """A fitted (and stamped) profile with its errors: on the training compositions and on
+    the held-out ones the fit never saw."""
+
+    profile: HardwareProfile
+    train_mape: float
+    train: list[Sample]
+    held: list[Sample]
+    held_pred: np.ndarray
+    held_mape: float
+
+    def report(self, samples: list[Sample], model: ModelProfile) -> dict[str, Any]:
+        """The report's fit section: errors overall and by sample kind, every held-out
+        sample, and every composition's decode step (the locality table and plot)."""
+        return {
+            "profile": self.profile.to_dict(),
+            "train_mape": round(self.train_mape, 4),
+            "heldout_mape": round(self.held_mape, 4),
+            "heldout_mape_by_kind": self._mape_by_kind(),
+            "samples": {"train": len(self.train), "heldout": len(self.held)},
+            "heldout": [
+                {
+                    "composition": s.composition,
+                    "kind": s.kind,
+                    "measured_ms": round(s.seconds * 1e3, 3),
+                    "predicted_ms": round(float(p) * 1e3, 3),
+                }
+                for s, p in zip(self.held, self.held_pred)
+            ],
+            "decode": [
+                {
+                    "composition": s.composition,
+                    "batch": s.shape.num_decode,
+                    "heldout": s in self.held,
+                    "measured_ms": round(s.seconds * 1e3, 3),
+                    "predicted_ms": round(float(p) * 1e3, 3),
+                }
+                for s, p in zip(samples, predict(self.profile, model, [s.shape for s in samples]))
+                if s.kind == "decode"
+            ],
+        }
+
+    def _mape_by_kind(self) -> dict[str, float]:
+        true = np.array([s.seconds for s in self.held])
+        return {
+            kind: round(mape(self.held_pred[idx], true[idx]), 4)
+            for kind in ("decode", "prefill", "mixed")
+            if (idx := [i for i, smp in enumerate(self.held) if smp.kind == kind])
+        }
+
+
+def _fit(
+    spec: CalibrateSpec, model: ModelProfile, samples: list[Sample], tick: Callable[[str], None]
+) -> _Fit:
+    """Fit the base profile to the training compositions; price the held-out ones with it."""
     train, held = split(samples, spec.holdout_every)
     tick(f"fitting {len(train)} samples")
     base = load_hardware(spec.base_hardware)
     fit = fit_profile(base, model, [s.shape for s in train], [s.seconds for s in train])
     held_pred = predict(fit.profile, model, [s.shape for s in held])
-    held_true = np.array([s.seconds for s in held])
-    held_mape = mape(held_pred, held_true) if held else float("nan")
+    held_mape = mape(held_pred, np.array([s.seconds for s in held])) if held else float("nan")
     profile = _stamp(fit.profile, spec, fit.train_mape, len(train), held_mape)
-    profile.save(out)
-    tick("end-to-end comparison")
-    rows = spec.bench_rows if spec.bench_rows is not None else _replayed(runs, profile, model)
-    e2e = compare_end_to_end(profile, model, bench_spec, rows, vocab)
-    return {
-        "profile_path": str(out),
-        "profile": profile.to_dict(),
-        "train_mape": round(fit.train_mape, 4),
-        "heldout_mape": round(held_mape, 4),
-        "heldout_mape_by_kind": {
-            kind: round(mape(held_pred[idx], held_true[idx]), 4)
-            for kind in ("decode", "prefill", "mixed")
-            if (idx := [i for i, smp in enumerate(held) if smp.kind == kind])
-        },
-        "samples": {"train": len(train), "heldout": len(held)},
-        "heldout": [
-            {
-                "composition": s.composition,
-                "kind": s.kind,
-                "measured_ms": round(s.seconds * 1e3, 3),
-                "predicted_ms": round(float(p) * 1e3, 3),
-            }
-            for s, p in zip(held, held_pred)
-        ],
-        "decode": [  # every composition's decode step, the locality table and plot
-            {
-                "composition": s.composition,
-                "batch": s.shape.num_decode,
-                "heldout": s in held,
-                "measured_ms": round(s.seconds * 1e3, 3),
-                "predicted_ms": round(float(p) * 1e3, 3),
-            }
-            for s, p in zip(samples, predict(profile, model, [s.shape for s in samples]))
-            if s.kind == "decode"
-        ],
-        "end_to_end": e2e,
-        "spec": {k: v for k, v in asdict(spec).items() if k != "bench_rows"},
-    }
+    return _Fit(profile, fit.train_mape, train, held, held_pred, held_mape)
 
 
 def _measure(
     spec: CalibrateSpec,
-    bench_spec: VllmBenchSpec,
+    bench: VllmBenchSpec,
     path: str,
     dtype: str,
     vocab: int,
@@ -386,38 +410,36 @@ def _measure(
     of the real bench runs, so both see the same load: on a shared machine the speed of the
     same step drifts by tens of percent over minutes. Returns (samples, real-run rows with
     their step shapes); all engines stay alive to the end (see `open_engines`)."""
-    blocks = spec.kv_blocks or max(sc.num_blocks for sc in bench_spec.scenarios)
-    cal = make_llm(bench_spec, path, dtype, blocks, feather=False)
-    grid = GRIDS.get(spec.model or "tiny-llama", GRIDS["tiny-llama"])
+    blocks = spec.kv_blocks or max(sc.num_blocks for sc in bench.scenarios)
+    cal = make_llm(bench, path, dtype, blocks, feather=False)
+    grid = GRIDS.get(bench.model or "tiny-llama", GRIDS["tiny-llama"])
     comps = default_compositions(spec.quick, grid)
-    measure(cal, Composition(4, 1, 64, 16, 4), vocab, spec.seed)  # warm-up, discarded
+    measure(cal, Composition(4, 1, 64, 16, 4), vocab, bench.seed)  # warm-up, discarded
     passes: list[list[Sample]] = []
 
     def grid_pass() -> None:
         samples: list[Sample] = []
         for i, comp in enumerate(comps):
             tick(f"pass {len(passes) + 1}: {comp.label} ({i + 1}/{len(comps)})")
-            samples += measure(cal, comp, vocab, spec.seed + i)
+            samples += measure(cal, comp, vocab, bench.seed + i)
         passes.append(samples)
 
     rows: list[dict[str, Any]] = []
     alive = [cal]  # no engine may be collected while another still runs
     if spec.bench_rows is None:
-        workloads = {
-            w: engine_workload(w, vocab, spec.seed, bench_spec.scale) for w in bench_spec.workloads
-        }
-        for scenario in bench_spec.scenarios:
-            engines = open_engines(bench_spec, scenario, path, dtype, vocab)
+        workloads = {w: engine_workload(w, vocab, bench.seed, bench.scale) for w in bench.workloads}
+        for scenario in bench.scenarios:
+            engines = open_engines(bench, scenario, path, dtype, vocab)
             alive.append(engines)
             runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
-            for rep in range(spec.compare_repeats):
+            for rep in range(bench.repeats):
                 grid_pass()
                 for key, row in run_repetition(
-                    bench_spec, scenario, engines, workloads, rep, tick, record_shapes=True
+                    bench, scenario, engines, workloads, rep, tick, record_shapes=True
                 ):
                     runs.setdefault(key, []).append(row)
             rows += median_rows(scenario, runs)
-    while len(passes) < spec.repeats:
+    while len(passes) < spec.passes:
         grid_pass()
     return median_of_passes(passes), rows
 
@@ -445,9 +467,10 @@ def _stamp(
     from feather_sched.bench.machine import machine_info
 
     m = machine_info()
+    model = spec.bench.model or "tiny-llama"
     note = (
         f"Fitted by `feather calibrate --engine vllm` on {m['cpu']} ({m['cores']} cores, "
-        f"{m['memory_gib']} GiB), vLLM {_vllm_version()}, model {spec.model or 'tiny-llama'}, "
+        f"{m['memory_gib']} GiB), vLLM {_vllm_version()}, model {model}, "
         f"{n} step samples; step-time MAPE train {train_mape:.1%}, held-out {held_mape:.1%}"
     )
     sources = dict(profile.sources)

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from feather_sched.bench.context import fit_context
+from feather_sched.bench.report import add_relative
 from feather_sched.policies.base import policy_counters
 from feather_sched.request import Request
 from feather_sched.sim.cost import BatchShape
@@ -44,6 +45,10 @@ from feather_sched.workloads import make_workload
 
 BASELINE = "vllm"
 """Row name of vLLM's own scheduler (FCFS), the baseline of `vs_fcfs`."""
+_RELATIVE = (("output_tok_s", "vs_fcfs"), ("output_tok_cpu_s", "vs_fcfs_cpu"))
+"""`vs_fcfs`: output tokens/s relative to vLLM's own (FCFS) scheduler on the same workload
+and KV scenario; `vs_fcfs_cpu` the same per CPU-second of the engine process (robust to
+other load on a shared machine, blind to idle time)."""
 
 
 @dataclass(frozen=True)
@@ -370,14 +375,17 @@ def step_shape(sched, output) -> BatchShape:
     )
 
 
-class _StepProbe:
-    """Wraps a live scheduler's `schedule` / `_preempt_request` to count what each step did
-    (and, when asked, each step's exact BatchShape)."""
+class StepProbe:
+    """Wraps a live scheduler's `schedule` / `_preempt_request` to see each step as the
+    scheduler made it: counts (steps, batch sizes, prefix groups when `group_of` is given,
+    preemptions, time in `schedule`) and, with `record_shapes`, each step's exact BatchShape.
+    The bench and the calibration both read steps through it, so they agree on what a step
+    was. A context manager: leaving it restores the scheduler's own methods."""
 
     def __init__(
         self,
         sched,
-        group_of: Callable[[str], str | None],
+        group_of: Callable[[str], str | None] | None = None,
         record_shapes: bool = False,
     ) -> None:
         self.sched = sched
@@ -394,6 +402,12 @@ class _StepProbe:
         sched.schedule = self._on_schedule
         sched._preempt_request = self._on_preempt
 
+    def __enter__(self) -> StepProbe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _on_schedule(self, *args, **kwargs):
         t0 = time.perf_counter()
         out = self._schedule(*args, **kwargs)
@@ -402,7 +416,8 @@ class _StepProbe:
         if ids:
             self.steps += 1
             self.batch += len(ids)
-            self.groups += len({self.group_of(r) for r in ids})
+            if self.group_of is not None:
+                self.groups += len({self.group_of(r) for r in ids})
             if self.shapes is not None:
                 self.shapes.append(step_shape(self.sched, out))
         return out
@@ -424,84 +439,116 @@ def run_once(
     `busy_s` is the measured time of its engine steps; with `record_shapes` the row also
     carries `step_shapes` (each step's BatchShape, for replaying the run through a cost
     model; not JSON: pop it before saving)."""
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
-
-    engine = llm.llm_engine
     llm.reset_prefix_cache()
-    order = sorted(requests, key=lambda r: r.arrival_time)
-    external: dict[str, Request] = {}
-    group: dict[str, str | None] = {}
-    probe = _StepProbe(scheduler_of(llm), lambda rid: group.get(rid), record_shapes)
-    busy = 0.0
-    arrived: dict[str, float] = {}
-    first: dict[str, float] = {}
-    done: dict[str, tuple[float, int]] = {}
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    i = 0
-    try:
-        while i < len(order) or engine.has_unfinished_requests():
-            now = time.perf_counter()
-            while i < len(order) and order[i].arrival_time <= now - t0:
-                r = order[i]
-                rid = f"{label}-{r.request_id}"
-                params = SamplingParams(
-                    max_tokens=r.output_len, ignore_eos=True, temperature=0.0, detokenize=False
-                )
-                internal = engine.add_request(
-                    rid, TokensPrompt(prompt_token_ids=r.prompt.tolist()), params
-                )
-                external[rid] = r
-                group[internal] = r.group or internal
-                arrived[rid] = t0 + r.arrival_time
-                i += 1
+    run = _Run(llm.llm_engine, sorted(requests, key=lambda r: r.arrival_time), label)
+    with StepProbe(scheduler_of(llm), run.group.get, record_shapes) as probe:
+        cpu_s = run.serve()
+    run.check_finished()
+    return run.row(probe, cpu_s)
+
+
+class _Run:
+    """One run of requests on one engine, and what happened to each (by the bench's request
+    id): when it arrived, produced its first token and finished (with how many tokens), plus
+    the time spent inside engine steps. Kept apart from the row so the timed loop does only
+    bookkeeping."""
+
+    def __init__(self, engine, order: Sequence[Request], label: str) -> None:
+        self.engine = engine
+        self.order = order
+        self.label = label
+        self.external: dict[str, Request] = {}
+        self.group: dict[str, str | None] = {}
+        """Engine-internal request id -> prefix group, for the probe's group count."""
+        self.arrived: dict[str, float] = {}
+        self.first: dict[str, float] = {}
+        self.done: dict[str, tuple[float, int]] = {}
+        self.busy = 0.0
+        self.t0 = 0.0
+        self._next = 0
+
+    def serve(self) -> float:
+        """Add each request once its arrival time has passed and step the engine until all
+        have finished (sleeping while it is idle); the process's CPU seconds for it."""
+        engine, order = self.engine, self.order
+        self.t0, cpu0 = time.perf_counter(), time.process_time()
+        while self._next < len(order) or engine.has_unfinished_requests():
+            self._add_arrived()
             if not engine.has_unfinished_requests():
-                time.sleep(max(0.0, t0 + order[i].arrival_time - time.perf_counter()))
+                wake = self.t0 + order[self._next].arrival_time
+                time.sleep(max(0.0, wake - time.perf_counter()))
                 continue
-            started = time.perf_counter()
-            outs = engine.step()
-            t = time.perf_counter()
-            busy += t - started
-            for out in outs:
-                n = len(out.outputs[0].token_ids)
-                if n and out.request_id not in first:
-                    first[out.request_id] = t
-                if out.finished:
-                    done[out.request_id] = (t, n)
-    finally:
-        cpu_s = time.process_time() - cpu0
-        probe.close()
-    bad = [rid for rid, r in external.items() if done.get(rid, (0, -1))[1] != r.output_len]
-    if bad:
-        raise RuntimeError(
-            f"{len(bad)} requests did not finish with their output length: {bad[:3]}"
-        )
-    finish = max(t for t, _ in done.values())
-    makespan = finish - min(arrived.values())
-    ttft = np.array([first[rid] - arrived[rid] for rid in external])
-    latency = np.array([done[rid][0] - arrived[rid] for rid in external])
-    tokens = sum(n for _, n in done.values())
-    steps = max(1, probe.steps)
-    return {
-        "requests": len(external),
-        "output_tokens": tokens,
-        "makespan_s": round(makespan, 4),
-        "output_tok_s": round(tokens / makespan, 2),
-        "cpu_s": round(cpu_s, 3),
-        "output_tok_cpu_s": round(tokens / cpu_s, 2),
-        "mean_batch": round(probe.batch / steps, 2),
-        "mean_prefix_groups": round(probe.groups / steps, 2),
-        "ttft_p50_s": round(float(np.percentile(ttft, 50)), 4),
-        "ttft_p99_s": round(float(np.percentile(ttft, 99)), 4),
-        "latency_p50_s": round(float(np.percentile(latency, 50)), 4),
-        "sched_us_per_step": round(probe.sched_s / steps * 1e6, 2),
-        "steps": probe.steps,
-        "preemptions": probe.preempted.total(),
-        **preemption_spread([probe.preempted[rid] for rid in group]),
-        "preempted_kv_tokens": probe.preempted_kv_tokens,
-        "busy_s": round(busy, 4),
-        **({"step_shapes": probe.shapes} if probe.shapes is not None else {}),
-    }
+            self._step()
+        return time.process_time() - cpu0
+
+    def _add_arrived(self) -> None:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        now = time.perf_counter()
+        while self._next < len(self.order) and self.order[self._next].arrival_time <= now - self.t0:
+            r = self.order[self._next]
+            rid = f"{self.label}-{r.request_id}"
+            params = SamplingParams(
+                max_tokens=r.output_len, ignore_eos=True, temperature=0.0, detokenize=False
+            )
+            prompt = TokensPrompt(prompt_token_ids=r.prompt.tolist())
+            internal = self.engine.add_request(rid, prompt, params)
+            self.external[rid] = r
+            self.group[internal] = r.group or internal
+            self.arrived[rid] = self.t0 + r.arrival_time
+            self._next += 1
+
+    def _step(self) -> None:
+        started = time.perf_counter()
+        outs = self.engine.step()
+        t = time.perf_counter()
+        self.busy += t - started
+        for out in outs:
+            n = len(out.outputs[0].token_ids)
+            if n and out.request_id not in self.first:
+                self.first[out.request_id] = t
+            if out.finished:
+                self.done[out.request_id] = (t, n)
+
+    def check_finished(self) -> None:
+        """A request that did not finish with its output length means the row's tokens are
+        not the workload's: refuse the run rather than report it."""
+        done = self.done
+        bad = [rid for rid, r in self.external.items() if done.get(rid, (0, -1))[1] != r.output_len]
+        if bad:
+            raise RuntimeError(
+                f"{len(bad)} requests did not finish with their output length: {bad[:3]}"
+            )
+
+    def row(self, probe: StepProbe, cpu_s: float) -> dict[str, Any]:
+        """The run's result row: throughput, latency percentiles and the probe's counts."""
+        finish = max(t for t, _ in self.done.values())
+        makespan = finish - min(self.arrived.values())
+        ttft = np.array([self.first[rid] - self.arrived[rid] for rid in self.external])
+        latency = np.array([self.done[rid][0] - self.arrived[rid] for rid in self.external])
+        tokens = sum(n for _, n in self.done.values())
+        steps = max(1, probe.steps)
+        return {
+            "requests": len(self.external),
+            "output_tokens": tokens,
+            "makespan_s": round(makespan, 4),
+            "output_tok_s": round(tokens / makespan, 2),
+            "cpu_s": round(cpu_s, 3),
+            "output_tok_cpu_s": round(tokens / cpu_s, 2),
+            "mean_batch": round(probe.batch / steps, 2),
+            "mean_prefix_groups": round(probe.groups / steps, 2),
+            "ttft_p50_s": round(float(np.percentile(ttft, 50)), 4),
+            "ttft_p99_s": round(float(np.percentile(ttft, 99)), 4),
+            "latency_p50_s": round(float(np.percentile(latency, 50)), 4),
+            "sched_us_per_step": round(probe.sched_s / steps * 1e6, 2),
+            "steps": probe.steps,
+            "preemptions": probe.preempted.total(),
+            **preemption_spread([probe.preempted[rid] for rid in self.group]),
+            "preempted_kv_tokens": probe.preempted_kv_tokens,
+            "busy_s": round(self.busy, 4),
+            **({"step_shapes": probe.shapes} if probe.shapes is not None else {}),
+        }
 
 
 def _warm_up(llm, vocab: int) -> None:
@@ -547,7 +594,7 @@ def run_vllm_bench(
             # ones start (an engine torn down later would take the process-wide
             # torch.distributed groups the live engines use with it).
             gc.collect()
-    _add_relative(rows)
+    add_relative(rows, BASELINE, _RELATIVE)
     return rows
 
 
@@ -643,14 +690,3 @@ def _median_row(workload: str, policy: str, results: list[dict[str, Any]]) -> di
         "repeats": len(results),
         "output_tok_s_runs": speeds,
     }
-
-
-def _add_relative(rows: list[dict[str, Any]]) -> None:
-    """`vs_fcfs`: output tokens/s relative to vLLM's own (FCFS) scheduler on the same
-    workload and KV scenario; `vs_fcfs_cpu` the same per CPU-second of the engine process
-    (robust to other load on a shared machine, blind to idle time)."""
-    for key, out in (("output_tok_s", "vs_fcfs"), ("output_tok_cpu_s", "vs_fcfs_cpu")):
-        base = {r["workload"]: r[key] for r in rows if r["policy"] == BASELINE}
-        for r in rows:
-            b = base.get(r["workload"])
-            r[out] = round(r[key] / b, 3) if b else None
