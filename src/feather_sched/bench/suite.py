@@ -14,50 +14,10 @@ from feather_sched.policies.registry import make_policy, policy_names
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.sim.engine import simulate
-from feather_sched.workloads import make_workload
-from feather_sched.workloads.base import Workload
+from feather_sched.workloads.presets import PRESETS, Preset, build_workload
 
-
-# The built-in suite (H100 + Llama-3-8B by default). Sizes keep a full run in a few minutes
-# on 2 CPU cores while each workload still fills the engine's batches.
-@dataclass(frozen=True)
-class SuiteWorkload:
-    """A named bench workload: a generator with overrides, plus engine settings it needs."""
-
-    base: str
-    overrides: dict = field(default_factory=dict)
-    engine: dict = field(default_factory=dict)
-
-
-def _paper(groups: int) -> SuiteWorkload:
-    # The paper's synthetic scenarios: `groups` prefixes of 5,000-10,000 tokens, 20-token
-    # suffixes, 50 output tokens, Poisson arrivals, max batch 500. 1,000 requests arriving
-    # at 1,000/s keep the engine saturated, so throughput measures the scheduler, not the
-    # arrival rate.
-    return SuiteWorkload(
-        "long-prefix",
-        {
-            "num_prefixes": groups,
-            "requests_per_prefix": 1000 // groups,
-            "prefix_len": 5000,
-            "prefix_len_max": 10000,
-            "suffix_len": 20,
-            "output_len": 50,
-            "arrival": "poisson:1000",
-        },
-        {"max_num_seqs": 500},
-    )
-
-
-SUITE: dict[str, SuiteWorkload] = {
-    # SGLang's generated-shared-prefix shape: 64 system prompts x 16 questions.
-    "shared-prefix": SuiteWorkload("shared-prefix"),
-    # The paper's long-prefix case: 5 groups of 10,000-token prefixes, 20-token suffixes.
-    "long-prefix": SuiteWorkload("long-prefix", {"num_prefixes": 5, "requests_per_prefix": 200}),
-    "document-qa": SuiteWorkload("document-qa"),
-    "no-sharing": SuiteWorkload("no-sharing"),
-    **{f"paper-{g}g": _paper(g) for g in (1, 2, 5, 20, 100)},
-}
+SUITE: dict[str, Preset] = PRESETS["sim"]
+"""The built-in suite: its workloads by name (`workloads.presets`, scale "sim")."""
 DEFAULT_WORKLOADS = list(SUITE)
 DEFAULT_POLICIES = [
     "fcfs",
@@ -126,14 +86,6 @@ class BenchSpec:
             if "oracle" in self.policies:
                 n += len(default_caps(self.engine_for(w).max_num_seqs)) - 1
         return n
-
-
-def build_workload(name: str) -> Workload:
-    """A named workload of the suite, any generator by name, or a trace (`trace:PATH`)."""
-    suite = SUITE.get(name)
-    if suite is None:
-        return make_workload(name)
-    return make_workload(suite.base, **suite.overrides)
 
 
 def run_bench(

@@ -5,13 +5,14 @@ Needs the `rl` extra (`pip install -e .[rl]`: gymnasium, stable-baselines3, CPU 
 (sb3's default activation), small enough that its numpy forward pass costs microseconds;
 the critic is larger ([64, 64]) because it is thrown away after training.
 
-Training mix (`DEFAULT_MIX`): the workloads where the ADD/STOP choice matters, scaled down so
-an episode simulates in well under a second: the paper's synthetic long-prefix scenarios
-(2, 5, 20, 100 groups of 5,000-10,000-token prefixes, 20-token suffixes, 50 output tokens,
-Poisson arrivals, max batch 500), the bench's long-prefix shape, SGLang's shared-prefix shape
-and document QA. Workloads with no shared prefix (no-sharing) never ask a decision, so they
-cannot be trained on (Feather admits them all without asking). Each mix entry gets its own
-environment in the vector env, so each contributes the same number of decisions per update.
+Training mix (`DEFAULT_MIX`, from `workloads.presets`, scale "train"): the workloads where the
+ADD/STOP choice matters, scaled down so an episode simulates in well under a second: the
+paper's synthetic long-prefix scenarios (2, 5, 20, 100 groups of 5,000-10,000-token prefixes,
+20-token suffixes, 50 output tokens, Poisson arrivals, max batch 500), the bench's long-prefix
+shape, SGLang's shared-prefix shape and document QA. Workloads with no shared prefix
+(no-sharing) never ask a decision, so they cannot be trained on (Feather admits them all
+without asking). Each mix entry gets its own environment in the vector env, so each
+contributes the same number of decisions per update.
 Recipe (each part measured on this mix; see the modules named):
 1. warm start: the actor first imitates the bandit's greedy choices (`rl.teacher`). PPO from
    scratch drifted to one action everywhere: all-ADD from 50/50 (4,102 tok/s on the bench
@@ -26,11 +27,10 @@ in [0, 1] and stay raw, so the exported net needs no normalisation at decision t
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from feather_sched.policies.observation import FEATURES
 from feather_sched.sim.config import EngineConfig
 from feather_sched.workloads import make_workload
 from feather_sched.workloads.base import Workload
+from feather_sched.workloads.presets import DEFAULT_MAX_NUM_SEQS, PRESETS, Preset, build_workload
 
 __all__ = [
     "DEFAULT_MIX",
@@ -75,44 +76,20 @@ class MixEntry:
 
     workload: str
     overrides: dict[str, Any] = field(default_factory=dict)
-    max_num_seqs: int = 256
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+
+    @classmethod
+    def from_preset(cls, preset: Preset) -> MixEntry:
+        return cls(preset.base, dict(preset.overrides), preset.max_num_seqs)
 
     def build(self) -> Workload:
         if self.overrides:
             return make_workload(self.workload, **self.overrides)
         # a bare name means the bench's version of it (e.g. long-prefix = 5 x 200, not 1 x 200)
-        from feather_sched.bench.suite import build_workload
-
         return build_workload(self.workload)
 
 
-def _paper(groups: int, requests: int) -> MixEntry:
-    return MixEntry(
-        "long-prefix",
-        {
-            "num_prefixes": groups,
-            "requests_per_prefix": max(1, requests // groups),
-            "prefix_len": 5000,
-            "prefix_len_max": 10000,
-            "suffix_len": 20,
-            "output_len": 50,
-            "arrival": "poisson:1000",
-        },
-        max_num_seqs=500,
-    )
-
-
-DEFAULT_MIX: tuple[MixEntry, ...] = (
-    _paper(2, 400),
-    _paper(5, 400),
-    _paper(20, 400),
-    _paper(100, 400),
-    MixEntry("long-prefix", {"num_prefixes": 5, "requests_per_prefix": 60}),
-    MixEntry("long-prefix", {"num_prefixes": 3, "prefix_len": 4000, "requests_per_prefix": 40}),
-    MixEntry("shared-prefix", {"num_groups": 32}),
-    MixEntry("shared-prefix", {"num_groups": 8, "prompts_per_group": 32, "output_len": 128}),
-    MixEntry("document-qa", {}),
-)
+DEFAULT_MIX: tuple[MixEntry, ...] = tuple(map(MixEntry.from_preset, PRESETS["train"].values()))
 
 
 @dataclass(frozen=True)
@@ -202,6 +179,18 @@ def _imitate_bandit(policy: Any, mix: Sequence[MixEntry], config: TrainConfig) -
     }
 
 
+PPO_SETTINGS = (
+    "learning_rate",
+    "n_steps",
+    "batch_size",
+    "n_epochs",
+    "gamma",
+    "gae_lambda",
+    "ent_coef",
+)
+"""TrainConfig fields passed to sb3's PPO under the same names."""
+
+
 def train(
     out: str | Path,
     config: TrainConfig = TrainConfig(),
@@ -212,59 +201,17 @@ def train(
     """Train PPO for `config.steps` decisions on `mix`, save the actor to `out` (.npz)."""
     require_rl()
     import torch
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    from feather_sched.rl.env import FeatherEnv
     from feather_sched.rl.progress import EpisodeCallback
-    from feather_sched.rl.step_discount import StepDiscountBuffer
 
     if config.steps < 1:
         raise ValueError(f"steps must be >= 1, got {config.steps}")
     if not mix:
         raise ValueError("empty training mix")
     torch.set_num_threads(1)  # tiny nets: threads cost more than they save
-
-    def maker(entry: MixEntry) -> Callable[[], FeatherEnv]:
-        workload = entry.build()  # fail here, not inside the vector env
-        engine = EngineConfig(max_num_seqs=entry.max_num_seqs)
-
-        def make() -> FeatherEnv:
-            return FeatherEnv(
-                workload,
-                hardware=config.hardware,
-                model=config.model,
-                kernel=config.kernel,
-                engine=engine,
-            )
-
-        return make
-
-    # One env per mix entry: every rollout holds n_steps decisions of each workload,
-    # whatever its episode length (a STOP-heavy shared-prefix episode asks ~30x more
-    # decisions than a long-prefix one and would otherwise drown it).
-    venv = DummyVecEnv([maker(entry) for entry in mix])
-    venv.seed(config.seed)
-    venv = VecNormalize(venv, norm_obs=False, norm_reward=True, gamma=config.gamma)
-    model = PPO(
-        "MlpPolicy",
-        venv,
-        learning_rate=config.learning_rate,
-        n_steps=config.n_steps,
-        batch_size=config.batch_size,
-        n_epochs=config.n_epochs,
-        gamma=config.gamma,
-        gae_lambda=config.gae_lambda,
-        ent_coef=config.ent_coef,
-        rollout_buffer_class=StepDiscountBuffer,
-        policy_kwargs={"net_arch": {"pi": list(config.actor), "vf": list(config.critic)}},
-        seed=config.seed,
-        device="cpu",
-        verbose=0,
-    )
-    imitation = None
-    if config.warm_start:
-        imitation = _imitate_bandit(model.policy, mix, config)
+    venv = _vec_env(mix, config)
+    model = _ppo(venv, config)
+    imitation = _imitate_bandit(model.policy, mix, config) if config.warm_start else None
     callback = EpisodeCallback(config.steps, show=progress, on_episode=on_episode)
     start = time.perf_counter()
     try:
@@ -272,23 +219,80 @@ def train(
     finally:
         venv.close()
     seconds = time.perf_counter() - start
-    meta = {
-        "trained_steps": int(model.num_timesteps),
+    meta = _weights_meta(int(model.num_timesteps), seconds, config, mix, imitation)
+    path = export_actor(model.policy, meta).save(out)
+    curve = list(callback.episode_tok_s)
+    return TrainReport(path, int(model.num_timesteps), len(curve), seconds, curve)
+
+
+def _env_maker(entry: MixEntry, config: TrainConfig) -> Callable[[], Any]:
+    """A FeatherEnv factory for one mix entry; builds the workload now, to fail here rather
+    than inside the vector env."""
+    from feather_sched.rl.env import FeatherEnv
+
+    workload = entry.build()
+    engine = EngineConfig(max_num_seqs=entry.max_num_seqs)
+
+    def make() -> FeatherEnv:
+        return FeatherEnv(
+            workload,
+            hardware=config.hardware,
+            model=config.model,
+            kernel=config.kernel,
+            engine=engine,
+        )
+
+    return make
+
+
+def _vec_env(mix: Sequence[MixEntry], config: TrainConfig) -> Any:
+    """One env per mix entry, rewards normalised for the critic.
+
+    Every rollout then holds n_steps decisions of each workload, whatever its episode length
+    (a STOP-heavy shared-prefix episode asks ~30x more decisions than a long-prefix one and
+    would otherwise drown it).
+    """
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    venv = DummyVecEnv([_env_maker(entry, config) for entry in mix])
+    venv.seed(config.seed)
+    return VecNormalize(venv, norm_obs=False, norm_reward=True, gamma=config.gamma)
+
+
+def _ppo(venv: Any, config: TrainConfig) -> Any:
+    """sb3 PPO with the config's settings, discounting per engine step (`rl.step_discount`)."""
+    from stable_baselines3 import PPO
+
+    from feather_sched.rl.step_discount import StepDiscountBuffer
+
+    return PPO(
+        "MlpPolicy",
+        venv,
+        **{name: getattr(config, name) for name in PPO_SETTINGS},
+        rollout_buffer_class=StepDiscountBuffer,
+        policy_kwargs={"net_arch": {"pi": list(config.actor), "vf": list(config.critic)}},
+        seed=config.seed,
+        device="cpu",
+        verbose=0,
+    )
+
+
+def _weights_meta(
+    steps: int,
+    seconds: float,
+    config: TrainConfig,
+    mix: Sequence[MixEntry],
+    imitation: dict | None,
+) -> dict[str, Any]:
+    """What the saved weights record about their training, so a .npz says how it was made."""
+    settings = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(config).items()}
+    return {
+        "trained_steps": steps,
         "train_seconds": round(seconds, 1),
-        "config": {
-            k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(config).items()
-        },
-        "mix": [dataclasses.asdict(e) for e in mix],
+        "config": settings,
+        "mix": [asdict(e) for e in mix],
         "imitation": imitation,
     }
-    path = export_actor(model.policy, meta).save(out)
-    return TrainReport(
-        path,
-        int(model.num_timesteps),
-        len(callback.episode_tok_s),
-        seconds,
-        list(callback.episode_tok_s),
-    )
 
 
 def torch_logits(policy: Any, obs: np.ndarray) -> np.ndarray:

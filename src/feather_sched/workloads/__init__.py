@@ -3,6 +3,8 @@
 Every generator is a frozen dataclass config with `generate(seed) -> list[Request]`
 (deterministic per seed, sorted by arrival); `make_workload(name, **overrides)`
 builds one by name, including "trace:PATH" for Mooncake or feather JSONL files.
+The prefix-sharing generators are one family (`prefix_groups`); the settings that the bench,
+training and the engine benches run by name live in one table (`presets`).
 """
 
 from feather_sched.workloads.arrivals import (
@@ -13,12 +15,15 @@ from feather_sched.workloads.arrivals import (
     parse_arrival,
 )
 from feather_sched.workloads.base import Workload
-from feather_sched.workloads.document_qa import DocumentQAWorkload
-from feather_sched.workloads.long_prefix import LongPrefixWorkload
 from feather_sched.workloads.multi_turn import MultiTurnWorkload
 from feather_sched.workloads.no_sharing import NoSharingWorkload
+from feather_sched.workloads.prefix_groups import (
+    DocumentQAWorkload,
+    LongPrefixWorkload,
+    SharedPrefixWorkload,
+    TreeWorkload,
+)
 from feather_sched.workloads.registry import WORKLOADS, make_workload
-from feather_sched.workloads.shared_prefix import SharedPrefixWorkload
 from feather_sched.workloads.stats import TraceStats, render_stats, trace_stats
 from feather_sched.workloads.traces import (
     TraceFormatError,
@@ -28,7 +33,6 @@ from feather_sched.workloads.traces import (
     read_trace,
     write_jsonl,
 )
-from feather_sched.workloads.tree import TreeWorkload
 
 __all__ = [
     "WORKLOADS",

@@ -22,6 +22,7 @@ __all__ = [
     "Bursts",
     "Poisson",
     "parse_arrival",
+    "require_number",
 ]
 
 ARRIVAL_SPECS = "'all', 'poisson:RATE' or 'bursts:SIZE:INTERVAL'"
@@ -39,6 +40,21 @@ class ArrivalProcess(Protocol):
     def times(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """Return n non-decreasing arrival times in seconds (float64), the first at 0."""
         ...
+
+
+def require_number(what: str, value: object, *, positive: bool = False, unit: str = "") -> None:
+    """Raise a ValueError naming `what` unless value is a finite int or float, >= 0 (or > 0).
+
+    Rates, intervals and think times are plain seconds or per-second numbers: a bool, a
+    string, NaN or infinity there is a typo, so it is refused when the config is built.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what} must be a number{f' ({unit})' if unit else ''}, got {value!r}")
+    if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(
+            f"{what} must be finite and {bound}{f' {unit}' if unit else ''}, got {value}"
+        )
 
 
 def _check_count(n: int) -> int:
@@ -71,10 +87,7 @@ class Poisson:
     rate: float
 
     def __post_init__(self) -> None:
-        if isinstance(self.rate, bool) or not isinstance(self.rate, (int, float)):
-            raise ValueError(f"Poisson rate must be a number (requests/s), got {self.rate!r}")
-        if not (math.isfinite(self.rate) and self.rate > 0):
-            raise ValueError(f"Poisson rate must be finite and > 0 requests/s, got {self.rate}")
+        require_number("Poisson rate", self.rate, positive=True, unit="requests/s")
 
     @property
     def spec(self) -> str:
@@ -106,10 +119,7 @@ class Bursts:
             or self.burst_size < 1
         ):
             raise ValueError(f"Bursts burst_size must be an integer >= 1, got {self.burst_size!r}")
-        if isinstance(self.interval_s, bool) or not isinstance(self.interval_s, (int, float)):
-            raise ValueError(f"Bursts interval_s must be a number, got {self.interval_s!r}")
-        if not (math.isfinite(self.interval_s) and self.interval_s >= 0):
-            raise ValueError(f"Bursts interval_s must be finite and >= 0, got {self.interval_s}")
+        require_number("Bursts interval_s", self.interval_s)
 
     @property
     def spec(self) -> str:

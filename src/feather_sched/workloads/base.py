@@ -13,9 +13,10 @@ comparisons between arrival settings apples to apples.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from feather_sched.workloads.arrivals import ArrivalProcess, parse_arrival
 
 __all__ = [
     "Draft",
+    "GeneratorConfig",
     "Streams",
     "Workload",
     "assemble",
@@ -79,6 +81,7 @@ def require_int(owner: str, name: str, value: Any, minimum: int) -> None:
 
 
 def require_vocab(owner: str, vocab_size: Any) -> None:
+    """Raise unless vocab_size is an int >= 1 whose largest id fits the int32 prompts."""
     require_int(owner, "vocab_size", vocab_size, 1)
     if vocab_size - 1 > INT32_MAX:
         raise ValueError(f"{owner}.vocab_size must be <= {INT32_MAX + 1}, got {vocab_size}")
@@ -98,6 +101,45 @@ def coerce_arrival(owner: object, value: Any) -> None:
             f"{name}.arrival must be an arrival process (AllAtOnce, Poisson, Bursts) or a spec "
             f"string, got {value!r}"
         )
+
+
+INT_TYPES = frozenset({"int", "int | None", int, int | None})
+"""Field annotations that `GeneratorConfig` checks as integer counts or lengths (strings
+under `from __future__ import annotations`, types without it)."""
+
+
+class GeneratorConfig:
+    """Validation shared by every generator config, declared per class as data.
+
+    Base for frozen dataclasses with `vocab_size` and `arrival` fields. On construction,
+    every field annotated `int` (or `int | None`) other than vocab_size must be an integer
+    >= its entry in MINIMUMS (0 when absent; an entry naming another field bounds it by that
+    field's value); a field whose default is None may be None. Then the vocabulary, then
+    `check_shape` (the class's own cross-field rules), then the arrival spec. Checks run in
+    field order, so with several bad fields the first one declared is the one reported.
+    """
+
+    MINIMUMS: ClassVar[dict[str, int | str]] = {"output_len": 1}
+    vocab_size: int  # declared here for type checkers; each subclass's field sets it
+    arrival: ArrivalProcess
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            if f.type not in INT_TYPES or f.name == "vocab_size":
+                continue
+            value = getattr(self, f.name)
+            if value is None and f.default is None:
+                continue
+            minimum = self.MINIMUMS.get(f.name, 0)
+            bound = getattr(self, minimum) if isinstance(minimum, str) else minimum
+            require_int(owner, f.name, value, bound)
+        require_vocab(owner, self.vocab_size)
+        self.check_shape(owner)
+        coerce_arrival(self, self.arrival)
+
+    def check_shape(self, owner: str) -> None:
+        """Cross-field rules (e.g. a prompt of at least one token); none by default."""
 
 
 @dataclass

@@ -9,20 +9,18 @@ stresses cache retention rather than batch homogeneity.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from feather_sched.request import Request
-from feather_sched.workloads.arrivals import AllAtOnce, ArrivalProcess
+from feather_sched.workloads.arrivals import AllAtOnce, ArrivalProcess, require_number
 from feather_sched.workloads.base import (
     Draft,
+    GeneratorConfig,
     assemble,
-    coerce_arrival,
     random_tokens,
-    require_int,
-    require_vocab,
     seed_streams,
 )
 
@@ -30,7 +28,7 @@ __all__ = ["MultiTurnWorkload"]
 
 
 @dataclass(frozen=True)
-class MultiTurnWorkload:
+class MultiTurnWorkload(GeneratorConfig):
     """`num_conversations` chats of `turns` turns each.
 
     Turn 0's prompt is `first_turn_len` random tokens; turn k's prompt is turn
@@ -52,20 +50,15 @@ class MultiTurnWorkload:
     vocab_size: int = 32000
     arrival: ArrivalProcess = field(default_factory=AllAtOnce)
 
-    def __post_init__(self) -> None:
-        owner = type(self).__name__
-        require_int(owner, "num_conversations", self.num_conversations, 0)
-        require_int(owner, "turns", self.turns, 1)
-        require_int(owner, "first_turn_len", self.first_turn_len, 1)
-        require_int(owner, "turn_len", self.turn_len, 0)
-        require_int(owner, "output_len", self.output_len, 1)
-        require_vocab(owner, self.vocab_size)
-        think = self.think_time_s
-        if isinstance(think, bool) or not isinstance(think, (int, float)):
-            raise ValueError(f"{owner}.think_time_s must be a number, got {think!r}")
-        if not (math.isfinite(think) and think >= 0):
-            raise ValueError(f"{owner}.think_time_s must be finite and >= 0, got {think}")
-        coerce_arrival(self, self.arrival)
+    MINIMUMS: ClassVar[dict[str, int | str]] = {
+        **GeneratorConfig.MINIMUMS,
+        "turns": 1,
+        "first_turn_len": 1,
+    }
+
+    def check_shape(self, owner: str) -> None:
+        """Think time is a float, so the integer checks do not cover it."""
+        require_number(f"{owner}.think_time_s", self.think_time_s)
 
     def generate(self, seed: int) -> list[Request]:
         streams = seed_streams(seed)

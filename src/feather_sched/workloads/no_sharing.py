@@ -10,24 +10,17 @@ total, so the two differ only in sharing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from feather_sched.request import Request
 from feather_sched.workloads.arrivals import AllAtOnce, ArrivalProcess
-from feather_sched.workloads.base import (
-    Draft,
-    coerce_arrival,
-    finish,
-    random_tokens,
-    require_int,
-    require_vocab,
-    seed_streams,
-)
+from feather_sched.workloads.base import Draft, GeneratorConfig, finish, random_tokens, seed_streams
 
 __all__ = ["NoSharingWorkload"]
 
 
 @dataclass(frozen=True)
-class NoSharingWorkload:
+class NoSharingWorkload(GeneratorConfig):
     """`num_requests` prompts of `prompt_len` independent random tokens; ids "ns-NNNNNN"."""
 
     num_requests: int = 1024
@@ -36,13 +29,7 @@ class NoSharingWorkload:
     vocab_size: int = 32000
     arrival: ArrivalProcess = field(default_factory=AllAtOnce)
 
-    def __post_init__(self) -> None:
-        owner = type(self).__name__
-        require_int(owner, "num_requests", self.num_requests, 0)
-        require_int(owner, "prompt_len", self.prompt_len, 1)
-        require_int(owner, "output_len", self.output_len, 1)
-        require_vocab(owner, self.vocab_size)
-        coerce_arrival(self, self.arrival)
+    MINIMUMS: ClassVar[dict[str, int | str]] = {**GeneratorConfig.MINIMUMS, "prompt_len": 1}
 
     def generate(self, seed: int) -> list[Request]:
         streams = seed_streams(seed)

@@ -14,13 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from feather_sched.workloads.base import Workload
-from feather_sched.workloads.document_qa import DocumentQAWorkload
-from feather_sched.workloads.long_prefix import LongPrefixWorkload
 from feather_sched.workloads.multi_turn import MultiTurnWorkload
 from feather_sched.workloads.no_sharing import NoSharingWorkload
-from feather_sched.workloads.shared_prefix import SharedPrefixWorkload
+from feather_sched.workloads.prefix_groups import (
+    DocumentQAWorkload,
+    LongPrefixWorkload,
+    SharedPrefixWorkload,
+    TreeWorkload,
+)
 from feather_sched.workloads.traces import TraceWorkload
-from feather_sched.workloads.tree import TreeWorkload
 
 __all__ = ["TRACE_PREFIX", "WORKLOADS", "make_workload"]
 

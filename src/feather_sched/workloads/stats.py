@@ -91,14 +91,11 @@ def _sorted_with_adjacent_lcp(prompts: Sequence[np.ndarray]) -> tuple[np.ndarray
 
 def shared_prefix_lengths(prompts: Sequence[np.ndarray]) -> np.ndarray:
     """Per prompt, the longest prefix it shares with any other prompt (0 if alone)."""
-    n = len(prompts)
-    result = np.zeros(n, dtype=np.int64)
-    if n < 2:
-        return result
     order, adjacent = _sorted_with_adjacent_lcp(prompts)
-    best = np.zeros(n, dtype=np.int64)
+    best = np.zeros(len(prompts), dtype=np.int64)  # in sorted order: max LCP with a neighbour
     best[:-1] = adjacent
     best[1:] = np.maximum(best[1:], adjacent)
+    result = np.empty_like(best)
     result[order] = best
     return result
 
