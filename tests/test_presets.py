@@ -52,11 +52,11 @@ def test_every_preset_builds(scale: str, name: str) -> None:
             assert getattr(workload, field) == value
 
 
-def test_engine_scales_match_the_table() -> None:
-    """vLLM's engine bench still spells its workloads out; until it reads PRESETS, they must
-    agree with the table."""
+def test_engine_scales_read_the_table() -> None:
+    """vLLM's engine bench runs its workloads from the one preset table."""
     from feather_sched.bench.vllm_engine import ENGINE_SCALES
 
     for model, scale in ENGINE_SCALES.items():
         table = {name: (p.base, p.overrides) for name, p in PRESETS[model].items()}
         assert scale.workloads == table
+        assert set(scale.default_workloads) <= set(table)

@@ -42,6 +42,7 @@ from feather_sched.request import Request
 from feather_sched.sim.cost import BatchShape
 from feather_sched.sim.result import preemption_spread
 from feather_sched.workloads import make_workload
+from feather_sched.workloads.presets import PRESETS
 
 BASELINE = "vllm"
 """Row name of vLLM's own scheduler (FCFS), the baseline of `vs_fcfs`."""
@@ -68,43 +69,14 @@ class EngineScale:
     max_model_len: int
 
 
+def _workloads(model: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The model's workloads from the one preset table (workloads/presets.py)."""
+    return {name: (p.base, p.overrides) for name, p in PRESETS[model].items()}
+
+
 # The simulator suite's shapes, scaled to the tiny model (max_model_len 1024, vocab 512).
 _TINY = EngineScale(
-    workloads={
-        # 8 system prompts x 16 questions; 512-token prefixes, 32-token questions.
-        "shared-prefix": (
-            "shared-prefix",
-            dict(
-                num_groups=8,
-                prompts_per_group=16,
-                system_prompt_len=512,
-                question_len=32,
-                output_len=64,
-            ),
-        ),
-        # Same prompt and output lengths, nothing shared: the control case.
-        "no-sharing": ("no-sharing", dict(num_requests=128, prompt_len=544, output_len=64)),
-        "long-prefix": (
-            "long-prefix",
-            dict(
-                num_prefixes=4,
-                prefix_len=768,
-                requests_per_prefix=32,
-                suffix_len=16,
-                output_len=32,
-            ),
-        ),
-        "document-qa": (
-            "document-qa",
-            dict(
-                num_documents=8,
-                document_len=512,
-                questions_per_document=16,
-                question_len=32,
-                output_len=64,
-            ),
-        ),
-    },
+    workloads=_workloads("tiny-llama"),
     default_workloads=("shared-prefix", "no-sharing"),
     # kv-pressure: 96 blocks of 32 tokens hold ~5 requests of distinct prefixes, or a
     # group of 16 sharing one.
@@ -112,33 +84,9 @@ _TINY = EngineScale(
     max_model_len=1024,
 )
 
-
-def _paper_scale(groups: int) -> tuple[str, dict[str, Any]]:
-    """The paper's scenario at engine scale: `groups` 2,048-token prefixes (8 MiB of KV per
-    layer each on kv-bound), 256 requests in all, 16-token suffixes, 128 output tokens (so
-    decoding, not the ~25 s of prefill a CPU needs for 32 prefixes, is most of a run),
-    shuffled, all arriving at once."""
-    return (
-        "long-prefix",
-        dict(
-            num_prefixes=groups,
-            requests_per_prefix=256 // groups,
-            prefix_len=2048,
-            suffix_len=16,
-            output_len=128,
-        ),
-    )
-
-
 # The KV-bound model: decode reads dominate, so the batch's prefix mix sets the step time.
 _KV_BOUND = EngineScale(
-    workloads={
-        "paper-4g": _paper_scale(4),
-        "paper-32g": _paper_scale(32),
-        # Same prompt and output lengths, nothing shared (32 requests keep its prefill, the
-        # slowest part on a CPU at ~2,800 tokens/s, to ~25 s).
-        "no-sharing": ("no-sharing", dict(num_requests=32, prompt_len=2064, output_len=64)),
-    },
+    workloads=_workloads("kv-bound"),
     default_workloads=("paper-32g", "paper-4g", "no-sharing"),
     # kv-pressure: 1,024 blocks hold ~15 requests of distinct prefixes (68 blocks each) or
     # ~9 whole groups of 8 (100 blocks a group); no-pressure holds every workload whole.
