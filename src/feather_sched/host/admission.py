@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from feather_sched.policies.base import Policy, PolicyError, SchedulerView
 
-__all__ = ["AdmissionPass", "HostStats", "PolicyHost"]
+__all__ = ["AdmissionPass", "HostStats", "Hosted", "PolicyHost"]
 
 logger = logging.getLogger("feather_sched")
 
@@ -103,6 +103,26 @@ class PolicyHost:
                 self.engine,
                 exc_info=err,
             )
+
+
+class Hosted:
+    """An engine adapter that runs its policy through `self.host`: the live policy (swap it
+    between steps, e.g. `scheduler.feather.policy = make_policy("grouped")`) and the
+    host's counters."""
+
+    host: PolicyHost
+
+    @property
+    def policy(self) -> Policy:
+        return self.host.policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        self.host.policy = policy
+
+    @property
+    def stats(self) -> HostStats:
+        return self.host.stats
 
 
 class AdmissionPass:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from feather_sched.host.admission import AdmissionPass, HostStats, PolicyHost
+from feather_sched.host.admission import AdmissionPass, Hosted, PolicyHost
 from feather_sched.host.engine_index import EngineIndex, RequestFields, chunk_blocks
 from feather_sched.policies.base import Policy
 from feather_sched.request import Request
@@ -72,7 +72,7 @@ class _Pass:
     stopped: bool = False  # the policy said STOP (or has no candidate left)
 
 
-class SGLangQueue:
+class SGLangQueue(Hosted):
     """The CHT, the policy and one admission pass, tied to one SGLang `SchedulePolicy`.
 
     Also the policy's `SchedulerView`: the view is live, so after the adder admits a
@@ -94,7 +94,7 @@ class SGLangQueue:
         """The CHT and each request's metadata, kept as the vLLM adapter keeps them."""
         self.index = self.book.cht
         self.tree_cache = tree_cache
-        self._block_size = block_size
+        self.block_size = block_size  # SchedulerView: SGLang's KV page, in tokens
         self._clock = clock
         self.max_num_seqs = UNBOUNDED_SEQS
         self.passes = 0
@@ -113,27 +113,10 @@ class SGLangQueue:
         self.adder_classes: dict[type, type] = {}
         """Feather adder subclasses built for this queue, by SGLang base class."""
 
-    @property
-    def policy(self) -> Policy:
-        return self.host.policy
-
-    @policy.setter
-    def policy(self, policy: Policy) -> None:
-        """Swap the live policy (takes effect at the next pass)."""
-        self.host.policy = policy
-
-    @property
-    def stats(self) -> HostStats:
-        return self.host.stats
-
     # ------------------------------------------------------------------ SchedulerView
     @property
     def now(self) -> float:
         return self._clock()
-
-    @property
-    def block_size(self) -> int:
-        return self._block_size
 
     @property
     def num_running(self) -> int:
@@ -171,7 +154,7 @@ class SGLangQueue:
             cache_salt=getattr(sg, "cache_salt", None),
         )
         hit = self.tree_cache.match_prefix(MatchPrefixParams(key=key)).device_prefix_len
-        return int(hit) // self._block_size
+        return int(hit) // self.block_size
 
     # ------------------------------------------------------------------ keeping in step
     def sync(self, waiting_queue: Sequence[Any], running: Iterable[Any] | None) -> None:

@@ -33,7 +33,7 @@ from vllm.v1.core.sched.request_queue import RequestQueue
 from vllm.v1.request import Request as VllmRequest
 from vllm.v1.request import RequestStatus
 
-from feather_sched.host.admission import AdmissionPass, HostStats, PolicyHost
+from feather_sched.host.admission import AdmissionPass, Hosted, PolicyHost
 from feather_sched.host.engine_index import EngineIndex
 from feather_sched.index.cht import ChunkedHashTree
 from feather_sched.policies.base import Policy
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from vllm.v1.core.sched.scheduler import Scheduler
 
 
-class AdmissionController:
+class AdmissionController(Hosted):
     """The policy host, the CHT and the view, tied to one vLLM scheduler. vLLM's loop pulls
     each candidate through the queue (`has_next`, `peek`, `pop`); the dialogue with the
     policy is the shared `AdmissionPass` (host/admission.py)."""
@@ -60,19 +60,6 @@ class AdmissionController:
         self._stop_after_current = False
         self._stopped = False
         self._pending: list[VllmRequest] = []
-
-    @property
-    def policy(self) -> Policy:
-        return self.host.policy
-
-    @policy.setter
-    def policy(self, policy: Policy) -> None:
-        """Swap the live policy (takes effect at the next step's admission)."""
-        self.host.policy = policy
-
-    @property
-    def stats(self) -> HostStats:
-        return self.host.stats
 
     # ------------------------------------------------------------------ step bracket
     def begin_schedule(self) -> None:

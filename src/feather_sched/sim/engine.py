@@ -92,19 +92,13 @@ class Simulator:
         self._waiting: dict[str, _Seq] = {}
         self._running: dict[str, _Seq] = {}
         self._seqs: dict[str, _Seq] = {}
+        self.block_size = c.block_size  # SchedulerView: the prefix cache's block, in tokens
+        self.max_num_seqs = c.max_num_seqs
 
     # ------------------------------------------------------------------ SchedulerView
     @property
     def now(self) -> float:
         return self._now
-
-    @property
-    def block_size(self) -> int:
-        return self.config.block_size
-
-    @property
-    def max_num_seqs(self) -> int:
-        return self.config.max_num_seqs
 
     @property
     def num_running(self) -> int:
