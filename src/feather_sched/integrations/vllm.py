@@ -9,6 +9,9 @@ order), `FEATHER_POLICY_OPTIONS`, `FEATHER_CHUNK_TOKENS` (rounded down to whole 
 least one), `FEATHER_POLICY_STATE` and `FEATHER_POLICY_STATE_EVERY_S` (the learned state is
 loaded at start, saved while serving and at shutdown, so a restarted server starts warm).
 
+Supported vLLM releases: `integrations/versions.py` (tested on 0.32; 0.33 and 0.34 checked name
+by name against their source); the scheduler refuses to start on any other version.
+
 What it changes: only the order in which waiting requests are admitted and where admission
 stops (see `vllm_admission`); vLLM still runs every request it admits exactly as before, so
 greedy outputs are unchanged. `FeatherScheduler` picks `FeatherAsyncScheduler` by itself when
@@ -27,6 +30,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 from feather_sched.host.admission import HostStats
 from feather_sched.host.engine_index import EngineIndex, chunk_blocks
+from feather_sched.integrations.versions import check_engine_version
 from feather_sched.integrations.vllm_admission import AdmissionController, FeatherRequestQueue
 from feather_sched.policies.base import Policy
 from feather_sched.policies.registry import make_policy
@@ -62,6 +66,7 @@ class FeatherScheduler(Scheduler):
         return super().__new__(target)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        check_engine_version("vllm")  # the adapter relies on vLLM internals: fail at startup
         super().__init__(*args, **kwargs)
         settings = FeatherSettings.from_env()
         policy = _policy(settings)
@@ -69,6 +74,11 @@ class FeatherScheduler(Scheduler):
         index = EngineIndex(self.hash_block_size, blocks)
         self.feather = AdmissionController(self, policy, index)
         self.feather_state = settings.state_saver()
+        if settings.enabled and getattr(self, "cache_aware_window", 0):
+            # vLLM >= 0.34's --cache-aware-admission-window reorders the queue head by cache
+            # hit each step; Feather orders the whole queue, so the two would undo each other.
+            logger.warning("feather: vLLM's cache-aware admission window is off (Feather orders)")
+            self.cache_aware_window = 0
         self.waiting = FeatherRequestQueue(self.waiting, self.feather)
         self._feather_steps: dict[int, tuple[float, int]] = {}
         self._feather_last_done = 0.0
