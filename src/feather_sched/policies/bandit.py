@@ -80,7 +80,9 @@ def combine(data: tuple[float, float], prior: tuple[float, float] | None) -> tup
 
 
 MIN_REWARDS = 2
-"""Rewards an arm needs before its variance, and so the test, is defined."""
+"""Rewards an arm needs before its variance, and so the test, is defined (the fewest a sample
+variance takes; the other constants' measurement: benchmarks/feather.md, "The constants,
+measured")."""
 
 
 class BanditTable:

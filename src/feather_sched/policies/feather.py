@@ -113,7 +113,10 @@ class FeatherPolicy(Policy):
         standard errors STOP's lead must clear; `prior_error`: standard error of the cost
         model's relative gain (smaller than its step-time error, as both plans share its
         bias); `hardware`/`model`/`kernel`: the step-cost model (none: no prior);
-        `max_wait_s`, `starvation_share`, `wait_factor`: the starvation guard's."""
+        `max_wait_s`, `starvation_share`, `wait_factor`: the starvation guard's. Each default
+        was measured against half and double its value on the simulator suite (none is
+        beaten by more than 0.5% on any workload): benchmarks/feather.md, "The constants,
+        measured" (benchmarks/bandit_constants.py)."""
         if horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {horizon}")
         if not 0 <= alpha < 1:
