@@ -219,3 +219,13 @@ def test_train_reports_the_learning_curve(tmp_path: Path, monkeypatch) -> None:
     assert mix[1:] == list(rl_train.DEFAULT_MIX)
     bad = runner.invoke(app, ["train", "-w", "no-such-workload"], terminal_width=200)
     assert bad.exit_code == 2 and "no-such-workload" in bad.output and not runs[1:]
+
+
+def test_sglang_bench_without_sglang_is_a_clear_error() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is not None:
+        pytest.skip("SGLang is installed here: the sglang suite runs the bench itself")
+    result = CliRunner().invoke(app, ["sglang-bench", "--repeats", "1"])
+    assert result.exit_code == 2
+    assert "needs SGLang" in result.output

@@ -404,3 +404,15 @@ def test_policy_state_is_loaded_and_saved(sg, feather_on, tmp_path):
     eng2 = Engine(sg, "fcfs")  # a restart: a new scheduler loads the file
     warm = queue_for(eng2.policy).policy
     assert warm.table.stats == q.policy.table.stats
+
+
+def test_sglang_bench_runs(sg, tmp_path, monkeypatch):
+    """`feather sglang-bench`, the SGLang counterpart of `feather bench --engine vllm`."""
+    from feather_sched.bench.sglang_pass import main
+
+    monkeypatch.setenv("FEATHER_POLICY", "grouped")
+    out = tmp_path / "pass.json"
+    assert main(["--sizes", "16", "--repeats", "1", "--passes", "1", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["machine"] and record["results"][0]["n_waiting"] == 16
+    assert record["results"][0]["feather_admitted"] > 0

@@ -8,6 +8,7 @@ a message on stderr, as the option parser's own errors do.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from collections.abc import Sequence
@@ -632,6 +633,22 @@ def _suite_max_num_seqs(workload: str) -> int:
 
     suite = SUITE.get(workload)
     return int(suite.engine.get("max_num_seqs", 256)) if suite else 256
+
+
+@app.command(
+    "sglang-bench",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def sglang_bench_cmd(ctx: typer.Context) -> None:
+    """CPU cost of one scheduling pass in SGLang's own classes (needs the 'sglang' extra):
+    lpm / dfs-weight vs Feather. Options: --sizes 128,1000,10000 --repeats 5 --passes 32
+    --seed 0 --json FILE (--help for the list)."""
+    if importlib.util.find_spec("sglang") is None:
+        _fail(RuntimeError("sglang-bench needs SGLang: see the 'sglang' extra in pyproject.toml"))
+    from feather_sched.bench.sglang_pass import main as sglang_pass
+
+    raise typer.Exit(sglang_pass(list(ctx.args)))
 
 
 @trace_app.command("stats")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from feather_sched.bench.context import fit_context
 from feather_sched.bench.oracle import default_caps, oracle_sweep
+from feather_sched.bench.report import add_relative
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.registry import make_policy, policy_names
 from feather_sched.sim.config import EngineConfig
@@ -137,13 +138,5 @@ def run_bench(
             rows.append(row)
     if shared_feather is not None and spec.policy_state is not None:
         shared_feather.save(spec.policy_state)
-    _add_relative(rows)
+    add_relative(rows, BASELINE)
     return rows
-
-
-def _add_relative(rows: list[dict]) -> None:
-    """`vs_fcfs`: output tokens/s relative to FCFS on the same workload (when it ran)."""
-    base = {r["workload"]: r["output_tok_s"] for r in rows if r["policy"] == BASELINE}
-    for r in rows:
-        b = base.get(r["workload"])
-        r["vs_fcfs"] = round(r["output_tok_s"] / b, 3) if b else None

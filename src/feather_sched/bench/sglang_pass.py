@@ -1,0 +1,293 @@
+"""CPU cost of one scheduling pass in SGLang's own classes: lpm / dfs-weight vs Feather.
+
+The SGLang counterpart of `feather bench --engine vllm` (bench/vllm_engine.py), beside it: no
+SGLang model or server runs on a CPU, so what is measured is the scheduling pass in SGLang's
+real classes. Run in the SGLang venv (see the 'sglang' extra in pyproject.toml):
+
+    .venv-sglang/bin/feather sglang-bench --json benchmarks/sglang.json
+
+Workload: N waiting requests of 2,000 tokens, each one of 100 shared 1,500-token prefixes plus
+a private 500-token suffix (prefix drawn at random per request); SGLang's `RadixCache` holds
+the 100 prefixes; nothing runs yet. Per N, every figure is the median (and `_min`, the
+least-disturbed run: the cores are shared) over `--repeats` fresh runs. SGLang's figures are
+process CPU time, and so is Feather's ordering pass (`HostStats.ordering_s` with
+`time.process_time` as its clock; its ~70 clock reads per pass are included).
+
+- `calc_priority` of SGLang's `SchedulePolicy`: fcfs and lpm as shipped (mean of `--passes`
+  consecutive calls: fcfs refreshes the LRU of the first 128 waiting prefixes every 32nd pass,
+  and above 128 waiting lpm falls back to fcfs: `_determine_active_policy`,
+  WAITING_QUEUE_PREFIX_MATCH_MAX); lpm with that fallback disabled (the same method with the
+  module constant raised, so its radix matching and sort run at any N); dfs-weight (no fallback).
+- Feather (plugin on, FEATHER_POLICY, default grouped): its ordering pass = all Feather does in
+  one batch formation (`calc_priority`: sync the CHT by rid, first candidate; then ADD/STOP,
+  admission bookkeeping and the next candidate inside the adder loop), the CHT already holding
+  the queue (each prompt is hashed once, on arrival: reported per request); and its
+  `calc_priority` alone (mean of `--passes` calls).
+- The whole batch formation (calc_priority + SGLang's PrefillAdder loop, which stops when
+  max_prefill_tokens=16384 is spent) for lpm as shipped and for Feather.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from array import array
+from pathlib import Path
+from typing import Any
+
+from feather_sched.bench.machine import write_record
+from feather_sched.integrations.sglang import settings_from_env
+from feather_sched.integrations.sglang_cpu import prepare_cpu_import
+
+PREFIXES = 100
+PREFIX_LEN = 1500
+PROMPT_LEN = 2000
+KV_TOKENS = 1_000_000
+MAX_PREFILL_TOKENS = 16384
+CHUNKED_PREFILL_SIZE = 8192
+
+
+class Setup:
+    """SGLang imported and its config published once; fresh caches and policies per run."""
+
+    def __init__(self, seed: int) -> None:
+        prepare_cpu_import()
+        import torch
+        from sglang.srt.managers import schedule_policy as sp
+        from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+        from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+        from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
+        from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
+        from sglang.srt.runtime_context import SpawnRanks, publish, reset_context
+        from sglang.srt.sampling.sampling_params import SamplingParams
+        from sglang.srt.server_args import ServerArgs
+
+        reset_context()
+        publish(
+            ServerArgs(model_path="dummy", device="cpu"),
+            role="test",
+            ranks=SpawnRanks(world_rank=0, dp_rank=None),
+        )
+        torch.set_num_threads(1)
+        self.torch, self.sp, self.Req, self.ScheduleBatch = torch, sp, Req, ScheduleBatch
+        self.Alloc, self.RadixCache, self.RadixKey = TokenToKVPoolAllocator, RadixCache, RadixKey
+        self.InsertParams, self.MatchPrefixParams = InsertParams, MatchPrefixParams
+        self.SamplingParams = SamplingParams
+        self.feather_policy = os.environ.get("FEATHER_POLICY") or "grouped"
+        self.rng = random.Random(seed)
+        self.prefixes = [
+            array("q", (self.rng.randrange(1, 32000) for _ in range(PREFIX_LEN)))
+            for _ in range(PREFIXES)
+        ]
+
+    def tree(self):
+        """A RadixCache over a CPU token pool, holding the shared prefixes."""
+        alloc = self.Alloc(KV_TOKENS, self.torch.float16, "cpu", None, False)
+        tree = self.RadixCache.create_simulated(mock_allocator=alloc)
+        for p in self.prefixes:
+            key = self.RadixKey(token_ids=p)
+            tree.insert(self.InsertParams(key=key, value=alloc.alloc(len(p))))
+        return tree, alloc
+
+    def requests(self, n: int, tag: str) -> list:
+        rng, reqs = self.rng, []
+        for i in range(n):
+            ids = array("q", self.prefixes[rng.randrange(PREFIXES)])
+            ids.extend(rng.randrange(1, 32000) for _ in range(PROMPT_LEN - PREFIX_LEN))
+            reqs.append(self.Req(f"{tag}{i}", "", ids, self.SamplingParams(max_new_tokens=128)))
+        return reqs
+
+    def policy(self, name: str, tree, feather: bool = False):
+        """A SchedulePolicy with Feather on or off (the plugin reads FEATHER_POLICY when a
+        SchedulePolicy is built)."""
+        os.environ["FEATHER_POLICY"] = self.feather_policy if feather else "off"
+        return self.sp.SchedulePolicy(name, tree, False, False, False)
+
+    def batch_formation(self, policy, tree, alloc, queue: list) -> int:
+        """scheduler.py `_get_new_batch_prefill_raw`: calc_priority, then the adder loop."""
+        from sglang.srt.managers.scheduler import Scheduler
+
+        running = self.ScheduleBatch(reqs=[])
+        policy.calc_priority(queue, running, processed_tokens=0)
+        host = _Host(policy)
+        adder = Scheduler.get_prefill_adder_class(host)(
+            1, tree, alloc, running, 0.5, MAX_PREFILL_TOKENS, CHUNKED_PREFILL_SIZE, 0, 0,
+            max_running_requests=host.max_running_requests,
+        )  # fmt: skip
+        for req in queue:
+            req.init_next_round_input(tree)
+            res = adder.add_one_req(req, has_chunked_req=False, truncation_align_size=None)
+            if res != self.sp.AddReqResult.CONTINUE:
+                break
+        return len(adder.can_run_list)
+
+    def match(self, tree, reqs: list) -> None:
+        for r in reqs:
+            tree.match_prefix(
+                self.MatchPrefixParams(key=self.RadixKey(token_ids=r.origin_input_ids))
+            )
+
+    def insert(self, tree, reqs: list) -> None:
+        for r in reqs:
+            ids = r.origin_input_ids
+            value = self.torch.empty(len(ids), dtype=self.torch.int64)  # its KV slot indices
+            tree.insert(self.InsertParams(key=self.RadixKey(token_ids=ids), value=value))
+
+
+class _Host:
+    """What `Scheduler.get_prefill_adder_class` reads off the scheduler."""
+
+    max_running_requests = 1024
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+
+
+def _cpu(fn, *args) -> float:
+    """CPU seconds of fn(*args) in this process."""
+    gc.collect()
+    t0 = time.process_time()
+    fn(*args)
+    return time.process_time() - t0
+
+
+def _passes(policy, queue: list, passes: int) -> None:
+    for _ in range(passes):
+        policy.calc_priority(queue, None)
+
+
+def _calc(policy, queue: list) -> None:
+    policy.calc_priority(queue, None)
+
+
+def _lpm_matching(s: Setup, policy, queue: list) -> None:
+    saved = s.sp.WAITING_QUEUE_PREFIX_MATCH_MAX
+    s.sp.WAITING_QUEUE_PREFIX_MATCH_MAX = 1 << 62  # lpm's matching at any queue length
+    try:
+        policy.calc_priority(queue, None)
+    finally:
+        s.sp.WAITING_QUEUE_PREFIX_MATCH_MAX = saved
+
+
+def measure(s: Setup, n: int, repeats: int, passes: int) -> dict:
+    from feather_sched.integrations.sglang import queue_for
+
+    reqs = s.requests(n, f"n{n}-")
+    rows: dict[str, list[float]] = {}
+
+    def add(key: str, value: float) -> None:
+        rows.setdefault(key, []).append(value)
+
+    for _ in range(repeats):
+        # SGLang's own calc_priority, each on a fresh tree holding the prefixes
+        for name in ("fcfs", "lpm"):
+            tree, _ = s.tree()
+            cpu = _cpu(_passes, s.policy(name, tree), list(reqs), passes)
+            add(f"{name}_calc_priority_ms", cpu / passes * 1e3)
+        tree, _ = s.tree()
+        cpu = _cpu(_calc, s.policy("dfs-weight", tree), list(reqs))
+        add("dfs-weight_calc_priority_ms", cpu * 1e3)
+        tree, _ = s.tree()
+        cpu = _cpu(_lpm_matching, s, s.policy("lpm", tree), list(reqs))
+        add("lpm_matching_calc_priority_ms", cpu * 1e3)
+
+        # Feather: the CHT filled as arrivals fill it, then one batch formation
+        tree, alloc = s.tree()
+        policy, queue = s.policy("fcfs", tree, feather=True), list(reqs)
+        fq = queue_for(policy)
+        add("feather_hash_per_request_us", _cpu(fq.sync, queue, []) / n * 1e6)
+        fq.timer = time.process_time  # CPU time, like the SGLang figures
+        fq.stats.ordering_s = 0.0
+        formed: list[int] = []
+        cpu = _cpu(lambda: formed.append(s.batch_formation(policy, tree, alloc, queue)))  # noqa: B023
+        add("feather_batch_formation_ms", cpu * 1e3)
+        add("feather_ordering_pass_ms", fq.stats.ordering_s * 1e3)
+        add("feather_admitted", formed[-1])
+        tree, _ = s.tree()
+        policy, queue = s.policy("fcfs", tree, feather=True), list(reqs)
+        queue_for(policy).sync(queue, [])
+        add("feather_calc_priority_ms", _cpu(_passes, policy, queue, passes) / passes * 1e3)
+
+        tree, alloc = s.tree()
+        policy, queue = s.policy("lpm", tree), list(reqs)
+        cpu = _cpu(lambda: formed.append(s.batch_formation(policy, tree, alloc, queue)))  # noqa: B023
+        add("lpm_batch_formation_ms", cpu * 1e3)
+        add("lpm_admitted", formed[-1])
+
+        # the radix tree's own per-request costs (SGLang matches and inserts every request)
+        tree, _ = s.tree()
+        sample = reqs[: min(n, 500)]
+        add("radix_match_per_request_us", _cpu(s.match, tree, sample) / len(sample) * 1e6)
+        add("radix_insert_per_request_us", _cpu(s.insert, tree, sample) / len(sample) * 1e6)
+
+    out: dict[str, Any] = {"n_waiting": n}
+    for key, values in rows.items():
+        out[key] = statistics.median(values)
+        if key.endswith(("_ms", "_us")):
+            out[f"{key}_min"] = min(values)
+    for stat in ("", "_min"):
+        feather = out[f"feather_ordering_pass_ms{stat}"]
+        for name in ("lpm_matching", "lpm", "dfs-weight"):
+            ratio = out[f"{name}_calc_priority_ms{stat}"] / feather
+            out[f"speedup_vs_{name.replace('-', '_')}{stat}"] = ratio
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="feather sglang-bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="128,1000,10000", help="waiting-queue lengths")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--passes", type=int, default=32, help="calc_priority calls to average")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    try:
+        sizes = [int(x) for x in args.sizes.split(",")]
+    except ValueError:
+        ap.error(f"--sizes must be comma-separated integers, got {args.sizes!r}")
+    for name, value in (
+        ("--repeats", args.repeats),
+        ("--passes", args.passes),
+        *(("--sizes", n) for n in sizes),
+    ):
+        if value < 1:
+            ap.error(f"{name} must be >= 1, got {value}")
+
+    s = Setup(args.seed)
+    os.environ["FEATHER_POLICY"] = s.feather_policy  # the plugin registers its hooks when on
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    import sglang
+
+    results = []
+    for n in sizes:
+        row = measure(s, n, args.repeats, args.passes)
+        results.append(row)
+        short = {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
+        print(json.dumps(short), flush=True)
+    record = {
+        "benchmark": "sglang scheduling pass",
+        "command": "feather sglang-bench " + " ".join(argv or sys.argv[1:]),
+        "sglang": sglang.__version__,
+        "feather_policy": s.feather_policy,
+        "feather_chunk_tokens": settings_from_env().chunk_tokens,
+        "workload": {"prefixes": PREFIXES, "prefix_len": PREFIX_LEN, "prompt_len": PROMPT_LEN},
+        "adder": {"max_prefill_tokens": MAX_PREFILL_TOKENS, "kv_tokens": KV_TOKENS},
+        "repeats": args.repeats,
+        "passes": args.passes,
+        "results": results,
+    }
+    if args.json:
+        write_record(args.json, **record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
