@@ -526,7 +526,7 @@ def test_follows_queue_order_is_truthful(name: str, shapes) -> None:
         prompt = np.array(head + [2000 + i] * length, dtype=np.int32)
         reqs.append(Request(f"r{i}", prompt, 3, arrival_time=arrival))
     policy = _queue_order_checked(type(make_policy(name)))()
-    cfg = EngineConfig(max_num_seqs=4, index_chunk_size=4, max_num_batched_tokens=64)
+    cfg = EngineConfig(max_num_seqs=4, block_size=4, index_chunk_size=4, max_num_batched_tokens=64)
     result = simulate(reqs, policy, COST, cfg)
     assert len(result.records) == len(reqs)
 

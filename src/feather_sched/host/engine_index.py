@@ -48,6 +48,23 @@ def sample_chain(digests: Sequence[int], every: int) -> list[int]:
     return out
 
 
+def cht_digests(
+    block_digests: Sequence[int] | None,
+    tokens: Sequence[int] | np.ndarray,
+    block_size: int,
+    chunk_blocks: int,
+) -> list[int]:
+    """A prompt's CHT chain, as every host derives it (the simulator and both adapters).
+
+    From the engine's chained digests of the prompt's full blocks when it has them: every
+    `chunk_blocks`-th one, plus the last (no second pass over the tokens). Else (prefix
+    caching off, or an engine without block hashes: `block_digests=None`) from the tokens,
+    hashed at the chunk size, the partial last chunk included."""
+    if block_digests is not None:
+        return sample_chain(block_digests, chunk_blocks)
+    return chunk_digests(tokens, block_size * chunk_blocks)
+
+
 def chunk_blocks(chunk_tokens: int, block_size: int) -> int:
     """A CHT chunk of `chunk_tokens` in whole engine blocks (the CHT reuses the engine's
     block hashes, so its chunk is a multiple of the block): rounded down, at least one."""
@@ -230,8 +247,8 @@ class EngineIndex:
         tokens = self.fields.prompt(req)
         hashes = self.fields.block_hashes(req)
         if len(hashes) >= len(tokens) // self.block_size:
-            return sample_chain(self.block_digests(self.fields.request_id(req)), self.chunk_blocks)
-        # No engine hashes (prefix caching off, or an engine without them): hash the prompt
-        # once, partial chunk included.
-        self.hashed += 1
-        return chunk_digests(tokens, self.cht.chunk_size)
+            full = self.block_digests(self.fields.request_id(req))
+        else:
+            full = None
+            self.hashed += 1
+        return cht_digests(full, tokens, self.block_size, self.chunk_blocks)

@@ -26,6 +26,8 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
     index_chunk_size: int = 64
+    """CHT chunk in tokens, rounded down to whole KV blocks (at least one), as the vLLM
+    adapter rounds `FEATHER_CHUNK_TOKENS`; the chain comes from the block hashes."""
     check_invariants_every: int = 0
     """Run the KV cache's full invariant check every N steps (0: only at the end)."""
     max_steps: int = 5_000_000

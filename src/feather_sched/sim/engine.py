@@ -19,7 +19,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from feather_sched.host.admission import AdmissionPass, HostStats, PolicyHost
-from feather_sched.index.cht import ChunkedHashTree, chunk_digests
+from feather_sched.host.engine_index import cht_digests, chunk_blocks
+from feather_sched.index.cht import ChunkedHashTree
 from feather_sched.policies.base import Policy, policy_counters
 from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
@@ -87,7 +88,9 @@ class Simulator:
             c.kv_blocks(cost.hardware, cost.model), c.block_size, c.enable_prefix_caching
         )
         self.num_kv_blocks = self.kv.num_free_blocks
-        self.index = ChunkedHashTree(c.index_chunk_size)
+        # The CHT's chunk is a whole number of KV blocks, as in the vLLM adapter.
+        self._chunk_blocks = chunk_blocks(c.index_chunk_size, c.block_size)
+        self.index = ChunkedHashTree(c.block_size * self._chunk_blocks)
         self._now = 0.0
         self._waiting: dict[str, _Seq] = {}
         self._running: dict[str, _Seq] = {}
@@ -172,7 +175,10 @@ class Simulator:
         seq.prefill_target = req.prompt_len
         self._seqs[req.request_id] = seq
         self._waiting[req.request_id] = seq
-        digests = chunk_digests(req.prompt, self.config.index_chunk_size)
+        # As the vLLM adapter derives them: from the prefix cache's block hashes when it has
+        # them (prefix caching on), else from the tokens.
+        full = seq.hashes if self.config.enable_prefix_caching else None
+        digests = cht_digests(full, req.prompt, bs, self._chunk_blocks)
         self.index.add(req.request_id, digests=digests)
 
     def _release_arrivals(self, run: _Run) -> None:
