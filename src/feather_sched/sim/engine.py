@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from feather_sched.host.admission import AdmissionPass, HostStats, PolicyHost
+from feather_sched.host.admission import AdmissionPass, Hosted, HostStats, PolicyHost
 from feather_sched.host.engine_index import cht_digests, chunk_blocks
 from feather_sched.index.cht import ChunkedHashTree
 from feather_sched.policies.base import Policy, policy_counters
@@ -67,7 +67,7 @@ class _Run:
     wall_start: float = field(default_factory=time.perf_counter)
 
 
-class Simulator:
+class Simulator(Hosted):
     """One simulated engine run: `Simulator(...).run(requests)` -> SimResult."""
 
     def __init__(
@@ -77,7 +77,6 @@ class Simulator:
         config: EngineConfig | None = None,
         progress=None,
     ) -> None:
-        self.policy = policy
         self.host = PolicyHost(policy, engine="the simulator", strict=True)
         self.cost = cost
         self._order_sensitive = cost.order_sensitive
