@@ -1,0 +1,59 @@
+"""Behaviour check for refactors: every summary field (timings aside) of 70 simulator runs.
+
+7 workloads x 2 KV sizes (the H100's, and 3,000 blocks: preemptions) x 5 policies (fcfs,
+grouped, feather with its prior, feather-paper, dfs-weight) on H100 + Llama-3.1-8B. Run it on
+the code before and after a change and compare the two files: identical means the change
+kept the simulator's behaviour (benchmarks/host.md).
+Usage: python benchmarks/sim_check.py OUT.json [--against BEFORE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from feather_sched.bench.machine import write_record
+from feather_sched.bench.suite import build_workload
+from feather_sched.policies.registry import make_policy
+from feather_sched.sim.config import EngineConfig
+from feather_sched.sim.cost import StepCostModel
+from feather_sched.sim.engine import simulate
+from feather_sched.sim.result import TIMING_KEYS
+
+WORKLOADS = ["shared-prefix", "long-prefix", "document-qa", "multi-turn", "tree", "no-sharing"]
+WORKLOADS += ["paper-5g"]
+POLICIES = ["fcfs", "grouped", "feather", "feather-paper", "dfs-weight"]
+MODEL = "llama-3.1-8b"
+
+
+def summaries() -> dict[str, dict]:
+    cost = StepCostModel("h100", MODEL)
+    out = {}
+    for workload in WORKLOADS:
+        requests = build_workload(workload).generate(0)
+        for kv in (None, 3000):
+            engine = EngineConfig(num_kv_blocks=kv) if kv else EngineConfig()
+            for name in POLICIES:
+                options = {"hardware": "h100", "model": MODEL} if name == "feather" else {}
+                s = simulate(requests, make_policy(name, **options), cost, engine).summary()
+                keep = {k: v for k, v in s.items() if k not in TIMING_KEYS and k != "sim_wall_s"}
+                out[f"{workload}/{kv}/{name}"] = keep
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("out")
+    parser.add_argument("--against", default=None)
+    args = parser.parse_args()
+    runs = summaries()
+    write_record(args.out, runs=runs)
+    if args.against:
+        with open(args.against) as f:
+            before = json.load(f)["runs"]
+        differ = sorted(k for k in runs if runs[k] != before.get(k))
+        print(f"{len(runs) - len(differ)} of {len(runs)} runs identical; differ: {differ}")
+
+
+if __name__ == "__main__":
+    main()
