@@ -300,6 +300,28 @@ def test_stopping_policy_never_stalls(feather_llm, feather) -> None:
     assert_index_empty(feather)
 
 
+def test_kv_gate_admits_only_what_vllm_can_keep(feather_llm, feather, monkeypatch) -> None:
+    """Under KV pressure the prefix order preempts; feather's KV gate (reading vLLM's free
+    blocks and running requests through the view) admits only what it can keep."""
+    prompts, lengths = workload(seed=1)
+    preempted = count_preemptions(feather, monkeypatch)
+    seen = feather.feather.preemptions
+    generate(feather_llm, prompts, lengths)  # the fixture's policy: grouped, no gate
+    grouped = len(preempted)
+    assert grouped > 0, "the workload was meant to exercise preemption"
+    assert feather.feather.preemptions - seen == grouped  # the view's count is vLLM's
+    preempted.clear()
+    policy = make_policy("feather")
+    feather.feather.policy = policy
+    errors = feather.feather.stats.policy_errors
+    got = generate(feather_llm, prompts, lengths)
+    assert [len(t) for t in got] == lengths
+    assert feather.feather.stats.policy_errors == errors
+    assert policy.kv_refusals > 0
+    assert len(preempted) < grouped, (len(preempted), grouped)
+    assert_index_empty(feather)
+
+
 def test_policy_sees_scheduler_view(feather_llm, feather) -> None:
     seen: dict[str, object] = {}
 

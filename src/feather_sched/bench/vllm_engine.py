@@ -603,10 +603,13 @@ def run_repetition(
             label = f"{scenario.name}/{wname}/{pname}/{rep}"
             tick(label)
             feather = scheduler_of(engine).feather if pname != BASELINE else None
-            forced = feather.stats.forced if feather else 0  # counted over the engine's life
+            # The host's counters run over the engine's life: a row takes their increase.
+            forced = feather.stats.forced if feather else 0
+            errors = feather.stats.policy_errors if feather else 0
             row = run_once(engine, requests, label, record_shapes)
             if feather is not None:
                 row.update(policy_counters(feather.policy))
+                row["policy_errors"] = feather.stats.policy_errors - errors
                 never_stall = feather.stats.forced - forced
                 row["forced_admissions"] = never_stall + row.get("starvation_admits", 0)
             if state is not None and feather is not None:

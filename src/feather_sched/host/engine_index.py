@@ -97,6 +97,8 @@ class RequestFields:
     """When it arrived, on the host's clock (None: when the index first sees it)."""
     block_hashes: Callable[[Any], Sequence[Any]] = _no_hashes
     """The engine's chained hashes of the prompt's full blocks (empty: hashed here)."""
+    firm_output: Callable[[Any], bool] = lambda r: False
+    """Whether `max_tokens` is the output length (it ignores end-of-sequence), not a bound."""
 
 
 VLLM_FIELDS = RequestFields(
@@ -105,6 +107,7 @@ VLLM_FIELDS = RequestFields(
     max_tokens=lambda r: getattr(r, "max_tokens", None),
     arrival_time=lambda r: getattr(r, "arrival_time", None),
     block_hashes=lambda r: getattr(r, "block_hashes", None) or (),
+    firm_output=lambda r: bool(getattr(getattr(r, "sampling_params", None), "ignore_eos", False)),
 )
 """vLLM V1's `Request` (vllm/v1/request.py)."""
 
@@ -219,6 +222,7 @@ class EngineIndex:
                 prompt=np.asarray(fields.prompt(r), dtype=np.int32),
                 output_len=max(1, int(fields.max_tokens(r) or 1)),
                 arrival_time=max(0.0, float(meta.arrived)),
+                meta={"firm_output": fields.firm_output(r)},
             )
         return meta.request
 

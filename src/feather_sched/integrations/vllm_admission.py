@@ -60,6 +60,8 @@ class AdmissionController(Hosted):
         self._stop_after_current = False
         self._stopped = False
         self._pending: list[VllmRequest] = []
+        self.preemptions = 0
+        """Requests vLLM preempted back into the waiting queue (the KV gate reads it)."""
 
     # ------------------------------------------------------------------ step bracket
     def begin_schedule(self) -> None:
@@ -88,6 +90,8 @@ class AdmissionController(Hosted):
     # ------------------------------------------------------------------ queue hooks
     def on_enqueue(self, req: VllmRequest) -> None:
         self._settle()
+        if req.status == RequestStatus.PREEMPTED:
+            self.preemptions += 1
         self.index.waiting(req, time.time())
 
     def on_dequeue(self, req: VllmRequest) -> None:
@@ -283,6 +287,24 @@ class VllmSchedulerView:
 
     def block_hashes(self, request_id: str) -> Sequence[int]:
         return self._c.index.block_digests(request_id)
+
+    # KvView (policies/kv_gate.py)
+    @property
+    def free_kv_blocks(self) -> int:
+        return self._c.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+
+    @property
+    def num_preemptions(self) -> int:
+        return self._c.preemptions
+
+    def running_kv(self) -> Iterator[tuple[int, int, int, bool]]:
+        # A decoding request has computed all but its newest token; anything more behind
+        # is prefill still to do (a prompt, or a preempted request's recompute).
+        for r in self._c.scheduler.running:
+            prefill = max(0, r.num_tokens - 1 - r.num_computed_tokens)
+            left = max(0, (r.max_tokens or 0) - r.num_output_tokens)
+            firm = bool(getattr(r.sampling_params, "ignore_eos", False))
+            yield r.num_computed_tokens, prefill, left, firm
 
     def cached_blocks(self, request_id: str) -> int:
         sched = self._c.scheduler

@@ -22,7 +22,9 @@ class SchedulerView(Protocol):
     """What a policy may look at. Implemented by the simulator and by the engine adapters.
 
     The view is live: after the host admits a candidate, `index`, `num_running` and
-    `waiting_ids()` already reflect it when the policy is asked for the next one.
+    `waiting_ids()` already reflect it when the policy is asked for the next one. A host that
+    also offers its KV state (`kv_gate.KvView`: free blocks, running requests' outstanding
+    needs, preemptions) lets `feather` refuse candidates it cannot keep.
     """
 
     @property
@@ -117,12 +119,14 @@ _COUNTERS = {
     "stops": "policy_stops",
     "explorations": "policy_explorations",
     "starvation_admits": "starvation_admits",
+    "kv_refusals": "kv_refusals",
 }
 
 
 def policy_counters(policy: Policy) -> dict[str, int]:
     """What a learning policy says of itself this run, for a bench row: ADD/STOP questions
-    it answered, STOPs, exploratory STOPs, starvation admits (absent where it has none)."""
+    it answered, STOPs, exploratory STOPs, starvation admits, candidates refused for KV
+    (absent where it has none)."""
     return {
         out: int(getattr(policy, attr))
         for attr, out in _COUNTERS.items()

@@ -55,6 +55,7 @@ from feather_sched.policies.bandit import STOP, BanditTable
 from feather_sched.policies.base import Policy, SchedulerView, is_decode_step
 from feather_sched.policies.features import DecisionState, decision_state
 from feather_sched.policies.grouped import grouped_candidates
+from feather_sched.policies.kv_gate import KvGate
 from feather_sched.policies.starvation import StarvationGuard
 from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
 
@@ -108,6 +109,7 @@ class FeatherPolicy(Policy):
         model: str | None = None,
         kernel: str = "paged",
         prior_error: float = 0.05,
+        kv_gate: bool = True,
     ) -> None:
         """`alpha`: exploration budget, a fraction of the rewards received; `confidence`:
         standard errors STOP's lead must clear; `prior_error`: standard error of the cost
@@ -135,6 +137,7 @@ class FeatherPolicy(Policy):
         self.initial_budget = initial_budget
         self.horizon = horizon
         self.guard = StarvationGuard(max_wait_s, starvation_share, wait_factor)
+        self.gate = KvGate() if kv_gate else None
         self.learn = learn
         self.table = BanditTable(confidence)
         self.reward_scale = 0.0  # best decode-step tokens/s seen: the unit of gains
@@ -155,6 +158,9 @@ class FeatherPolicy(Policy):
         self._windows: list[_Window] = []
         self._forced: str | None = None
         self.guard.reset()
+        if self.gate is not None:
+            self.gate.reset()
+        self._gating = False
         self.budget = self.initial_budget
         self.decisions = 0
         self.stops = 0
@@ -163,6 +169,17 @@ class FeatherPolicy(Policy):
     @property
     def starvation_admits(self) -> int:
         return self.guard.forced
+
+    @property
+    def kv_refusals(self) -> int:
+        return 0 if self.gate is None else self.gate.refusals
+
+    def begin_step(self, view: SchedulerView) -> None:
+        # The gate acts where Feather reorders: a step it would leave to the queue order is
+        # the engine's own (the vLLM adapter does not even ask), and so the same here.
+        self._gating = self.gate is not None and not self.follows_queue_order(view)
+        if self.gate is not None:
+            self.gate.begin_step(view)
 
     def candidates(self, view: SchedulerView) -> Iterator[str]:
         self._forced = self.guard.pick(view)
@@ -177,6 +194,8 @@ class FeatherPolicy(Policy):
 
     def accept(self, view: SchedulerView, request_id: str) -> bool:
         forced = request_id == self._forced
+        if self._gating and view.num_running > 0 and not self.gate.fits(view, request_id):
+            return False
         if not forced:
             state = decision_state(view.index, request_id)
             if self.asks(state) and self.decide(state, self.prior(view, state, request_id)) == STOP:

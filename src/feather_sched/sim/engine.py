@@ -94,6 +94,7 @@ class Simulator(Hosted):
         self._waiting: dict[str, _Seq] = {}
         self._running: dict[str, _Seq] = {}
         self._seqs: dict[str, _Seq] = {}
+        self._num_preemptions = 0
         self.block_size = c.block_size  # SchedulerView: the prefix cache's block, in tokens
         self.max_num_seqs = c.max_num_seqs
 
@@ -128,6 +129,19 @@ class Simulator(Hosted):
             return 0
         target = seq.req.prompt_len + seq.generated
         return self.kv.prefix_hit_tokens_lookup(seq.hashes, target) // self.config.block_size
+
+    @property
+    def free_kv_blocks(self) -> int:
+        return self.kv.num_free_blocks
+
+    @property
+    def num_preemptions(self) -> int:
+        return self._num_preemptions
+
+    def running_kv(self) -> Iterator[tuple[int, int, int, bool]]:
+        for s in self._running.values():
+            prefill = s.prefill_target - s.num_computed if s.prefilling else 0
+            yield s.num_computed, prefill, s.req.output_len - s.generated, True
 
     # ------------------------------------------------------------------ run
     def run(self, requests: Sequence[Request]) -> SimResult:
@@ -456,6 +470,7 @@ class Simulator(Hosted):
         seq.prefilling = True
         seq.prefill_target = seq.req.prompt_len + seq.generated
         seq.preemptions += 1
+        self._num_preemptions += 1
         self._waiting = {rid: seq, **self._waiting}
 
     def _finish(self, seq: _Seq) -> None:

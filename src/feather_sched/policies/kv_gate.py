@@ -1,0 +1,146 @@
+"""KV gate: do not admit a request whose KV the engine cannot keep.
+
+vLLM admits a request when its prompt's blocks fit now, and when running requests later run
+out of blocks while decoding it preempts the most recently admitted one: the victim loses its
+KV and recomputes it. A prefix order makes this worse than arrival order, because the victim
+shares the running batch's prefix, so the order re-admits it first and it is preempted again
+(on a real multi-turn trace one long prompt was recomputed 91 times under prefix order; FCFS
+at most 10). On the real kv-bound engine `feather` preempted 90 times on paper-4g under KV
+pressure and ran at 0.85 of the paper's bandit, which never grew its batch that far.
+
+The gate admits a candidate only if the blocks it needs now (its uncached prompt) and as it
+decodes fit beside what the running requests will still add, at the worst future step: just
+before the k-th latest finish, the k requests still running hold their unfinished prefills
+and have each grown by up to the tokens the k-th has left (a request that finishes frees at
+least what it grew). This is SGLang's admission rule (`PrefillAdder`: remaining tokens minus
+each running request's remaining `max_new_tokens` x `new_token_ratio`) made less
+conservative, since a request's growth is only held until it finishes.
+
+Output lengths: a firm one (the simulator's; `ignore_eos` in an engine) is reserved whole;
+a `max_tokens` bound is reserved at `ratio`, SGLang's estimate of how much of it a request
+really uses: 0.7 at first, decaying linearly over 600 steps to 0.14 of that, and back to 1.0
+after a preemption (sglang/srt/managers/scheduler_components/new_token_ratio_tracker.py and
+SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
+SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS); each reservation is clipped at 4,096 tokens, as SGLang
+clips `max_new_tokens` (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION).
+
+It needs the host's free blocks and running requests (`SchedulerView.free_kv_blocks`,
+`running_kv`, `num_preemptions`). A host without them gets no gate: SGLang, whose own adder
+already reserves this way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+import numpy as np
+
+from feather_sched.policies.base import SchedulerView
+
+CLIP_TOKENS = 4096
+INIT_RATIO = 0.7
+MIN_RATIO = INIT_RATIO * 0.14
+DECAY_STEPS = 600
+
+
+class KvView(Protocol):
+    """What a host adds to its `SchedulerView` for the gate (optional: the gate is off
+    without it)."""
+
+    @property
+    def free_kv_blocks(self) -> int:
+        """Blocks allocatable now, cached-but-unreferenced ones included (they are evicted on
+        demand)."""
+        ...
+
+    @property
+    def num_preemptions(self) -> int:
+        """Preemptions so far (a running count; the gate reads its increase)."""
+        ...
+
+    def running_kv(self) -> Iterator[tuple[int, int, int, bool]]:
+        """Per running request: KV tokens held, prompt tokens still to prefill, output tokens
+        still to generate, and whether that output length is firm (else a bound)."""
+        ...
+
+
+def _blocks(tokens: float, block_size: int) -> int:
+    return -(-int(tokens) // block_size)
+
+
+class KvGate:
+    """Per-step KV headroom check (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.ratio = INIT_RATIO
+        self.refusals = 0
+        """Candidates refused this run."""
+        self._preemptions: int | None = None
+        self._free: int | None = None
+        self._prefill: list[int] = []
+        self._remaining: list[int] = []
+        self._bound = 0
+
+    def begin_step(self, view: SchedulerView) -> None:
+        """A new step: the running set moved on (read it again when first needed), and the
+        estimate of bounded outputs ages or, after a preemption, goes back to 1."""
+        self._free = None
+        seen = getattr(view, "num_preemptions", None)
+        if seen is not None and self._preemptions is not None and seen > self._preemptions:
+            self.ratio = 1.0
+        else:
+            self.ratio = max(MIN_RATIO, self.ratio - (INIT_RATIO - MIN_RATIO) / DECAY_STEPS)
+        self._preemptions = seen
+
+    def fits(self, view: SchedulerView, request_id: str) -> bool:
+        """Would the candidate fit beside the running requests' growth at its peak? If so it
+        joins this step's running set (the host is about to admit it)."""
+        if self._free is None and not self._snapshot(view):
+            return True
+        bs = view.block_size
+        req = view.request(request_id)
+        prefill = max(0, _blocks(req.prompt_len, bs) - view.cached_blocks(request_id))
+        remaining = self._reserve(req.output_len, req.meta.get("firm_output", True))
+        bound = self._bound + prefill + _blocks(remaining, bs)
+        if bound > self._free and self._peak(prefill, remaining, bs) > self._free:
+            self.refusals += 1
+            return False
+        self._prefill.append(prefill)
+        self._remaining.append(remaining)
+        self._bound = bound
+        return True
+
+    def _reserve(self, remaining: int, firm: bool) -> int:
+        tokens = min(remaining, CLIP_TOKENS)
+        return tokens if firm else int(tokens * self.ratio)
+
+    def _snapshot(self, view: SchedulerView) -> bool:
+        """Read the free blocks and the running requests' outstanding needs (once a step:
+        O(running)); False when the host offers neither."""
+        free = getattr(view, "free_kv_blocks", None)
+        if free is None:
+            return False
+        bs = view.block_size
+        self._free, self._prefill, self._remaining, self._bound = free, [], [], 0
+        for held, prefill, remaining, firm in view.running_kv():
+            blocks = _blocks(held + prefill, bs) - _blocks(held, bs)
+            reserve = self._reserve(remaining, firm)
+            self._prefill.append(blocks)
+            self._remaining.append(reserve)
+            self._bound += blocks + _blocks(reserve, bs)
+        return True
+
+    def _peak(self, prefill: int, remaining: int, bs: int) -> int:
+        """Most blocks the running set, with the candidate, adds at any future step. With
+        requests sorted by tokens left, just before the k-th finishes the first k still run:
+        they hold their prefills and have grown by at most ceil(left_k / block) blocks each.
+        Only computed when the cheap bound (everything held to the end) does not fit."""
+        left = np.array([*self._remaining, remaining])
+        prefills = np.array([*self._prefill, prefill])
+        order = np.argsort(-left, kind="stable")
+        grown = -(-left[order] // bs)
+        return int(np.max(np.cumsum(prefills[order]) + np.arange(1, len(left) + 1) * grown))
