@@ -16,8 +16,6 @@ from hypothesis.stateful import (
     rule,
 )
 
-from flat_cht_reference import ChunkedHashTree as FlatCHT
-
 from feather_sched.index import (
     ChunkedHashTree,
     DuplicateRequestError,
@@ -27,6 +25,7 @@ from feather_sched.index import (
     UnknownRequestError,
     chunk_digests,
 )
+from flat_cht_reference import ChunkedHashTree as FlatCHT
 
 # A few base sequences; prompts are a prefix of one of them plus a short random tail, so
 # prompts share prefixes of every length, including exact duplicates and chunk-unaligned ones.

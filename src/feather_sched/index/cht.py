@@ -123,7 +123,7 @@ class _Node:
     many running requests hold it. A request's chain ends at its *leaf*: the node whose end
     is its last level (nodes are split so that every chain ends on a node boundary)."""
 
-    __slots__ = ("parent", "start", "end", "seg", "key", "children", "waiting", "running", "alive")
+    __slots__ = ("alive", "children", "end", "key", "parent", "running", "seg", "start", "waiting")
 
     def __init__(self, parent: _Node | None, start: int, seg: np.ndarray) -> None:
         self.parent = parent
@@ -563,7 +563,9 @@ class ChunkedHashTree:
             if seg.item(lim - 1 - start) == d.item(lim - 1):
                 m = lim  # chained digests: equal at lim - 1 means equal all the way
             else:
-                m = deepest_true(lim, lambda i: seg.item(i - start) == d.item(i), level + 1)
+                m = deepest_true(
+                    lim, lambda i, seg=seg, start=start: seg.item(i - start) == d.item(i), level + 1
+                )
             if m < child.end:
                 child = self._split(child, m)
             path.append(child)
