@@ -491,8 +491,17 @@ def index_bench(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write rows to this JSON file.")
     ] = None,
+    clock: Annotated[
+        str,
+        typer.Option(
+            help="wall (elapsed) or cpu (process CPU time: fairer on a machine shared with "
+            "other work, where long radix passes are descheduled more than short decisions)."
+        ),
+    ] = "wall",
 ) -> None:
     """Time prefix detection per scheduling decision: CHT vs radix-tree LPM pass."""
+    if clock not in ("wall", "cpu"):
+        raise typer.BadParameter(f"--clock must be wall or cpu, got {clock!r}")
     from feather_sched.bench.index_bench import IndexBenchCase, IndexBenchRow, run_cases
 
     chunks = _int_list(chunk_size, "--chunk-size")
@@ -509,6 +518,7 @@ def index_bench(
                 repeats=repeats,
                 seed=seed,
                 progress=lambda msg: status.update(f"index-bench: {msg}"),
+                clock=clock,
             )
             rows += case_rows
             for row in case_rows:
@@ -520,7 +530,7 @@ def index_bench(
     rows.sort(key=lambda r: (r.chunk_size, r.prompt_tokens, r.queue))
     console.print(_index_table(rows, batch))
     if json_out is not None:
-        write_record(json_out, rows=[r.to_dict() for r in rows])
+        write_record(json_out, clock=clock, rows=[r.to_dict() for r in rows])
         console.print(f"wrote {json_out}")
 
 
