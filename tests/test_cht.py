@@ -25,6 +25,7 @@ from feather_sched.index import (
     UnknownRequestError,
     chunk_digests,
 )
+from flat_cht_reference import ChunkedHashTree as FlatCHT
 
 # A few base sequences; prompts are a prefix of one of them plus a short random tail, so
 # prompts share prefixes of every length, including exact duplicates and chunk-unaligned ones.
@@ -53,6 +54,7 @@ class CHTAgainstRadix(RuleBasedStateMachine):
     def setup(self, chunk: int) -> None:
         self.chunk = chunk
         self.cht = ChunkedHashTree(chunk)
+        self.flat = FlatCHT(chunk)  # the pre-issue-16 index: same answers, ties included
         self.radix_waiting = RadixTree()
         self.radix_running = RadixTree()
         self.prompts: dict[str, np.ndarray] = {}
@@ -71,6 +73,7 @@ class CHTAgainstRadix(RuleBasedStateMachine):
         rid = f"r{self.next_id}"
         self.next_id += 1
         self.cht.add(rid, prompt)
+        self.flat.add(rid, prompt)
         self.radix_waiting.insert(rid, prompt)
         self.prompts[rid] = prompt
 
@@ -79,6 +82,7 @@ class CHTAgainstRadix(RuleBasedStateMachine):
     def admit(self, data: st.DataObject) -> None:
         rid = self._pick(data, self.radix_waiting)
         self.cht.admit(rid)
+        self.flat.admit(rid)
         self._to_running(rid)
 
     @precondition(lambda self: self.cht.best_candidate() is not None)
@@ -86,7 +90,9 @@ class CHTAgainstRadix(RuleBasedStateMachine):
     def admit_best(self) -> None:
         cand = self.cht.best_candidate()
         assert cand is not None
+        assert _fields(cand) == _fields(self.flat.best_candidate())
         self.cht.admit(cand.request_id)
+        self.flat.admit(cand.request_id)
         self._to_running(cand.request_id)
 
     @precondition(lambda self: len(self.radix_running) > 0)
@@ -94,6 +100,7 @@ class CHTAgainstRadix(RuleBasedStateMachine):
     def preempt(self, data: st.DataObject) -> None:
         rid = self._pick(data, self.radix_running)
         self.cht.preempt(rid)
+        self.flat.preempt(rid)
         self.radix_running.remove(rid)
         self.radix_waiting.insert(rid, self.prompts[rid])
 
@@ -102,6 +109,7 @@ class CHTAgainstRadix(RuleBasedStateMachine):
     def finish(self, data: st.DataObject) -> None:
         rid = self._pick(data, self.radix_running)
         self.cht.finish(rid)
+        self.flat.finish(rid)
         self.radix_running.remove(rid)
         del self.prompts[rid]
 
@@ -111,8 +119,16 @@ class CHTAgainstRadix(RuleBasedStateMachine):
         rid = data.draw(st.sampled_from(sorted(self.prompts)))
         tree = self.radix_running if rid in self.radix_running else self.radix_waiting
         self.cht.remove(rid)
+        self.flat.remove(rid)
         tree.remove(rid)
         del self.prompts[rid]
+
+    @precondition(lambda self: self.cht.num_running > 0)
+    @rule(limit=st.integers(1, 4))
+    def peek_candidates(self, limit: int) -> None:
+        """A partial read of the candidate order (it drops stale heap entries on the way)."""
+        got = [_fields(c) for c in self.cht.candidates(limit)]
+        assert got == [_fields(c) for c in self.flat.candidates(limit)]
 
     # ---------------------------------------------------------------- oracle helpers
     def expected_matched(self, rid: str) -> int:
@@ -206,6 +222,28 @@ class CHTAgainstRadix(RuleBasedStateMachine):
             assert best is None
 
     @invariant()
+    def same_answers_as_flat_index(self) -> None:
+        """Ties included: candidate order, best candidate, every per-request query."""
+        assert [_fields(c) for c in self.cht.candidates()] == [
+            _fields(c) for c in self.flat.candidates()
+        ]
+        assert _fields(self.cht.best_candidate()) == _fields(self.flat.best_candidate())
+        assert self.cht.running_common_chunks() == self.flat.running_common_chunks()
+        assert self.cht.running_shared_chunks() == self.flat.running_shared_chunks()
+        assert self.cht.num_shared_roots == self.flat.num_shared_roots
+        assert self.cht.num_running_roots == self.flat.num_running_roots
+        for rid in self.prompts:
+            keys = self.cht.keys_of(rid)
+            assert keys == self.flat.keys_of(rid)
+            assert self.cht.sharing_profile(rid) == self.flat.sharing_profile(rid)
+            assert self.cht.lost_chunks(rid) == self.flat.lost_chunks(rid)
+            assert self.cht.matched_chunks(rid) == self.flat.matched_chunks(rid)
+            for depth in range(0, len(keys) + 2):
+                assert self.cht.group_size(rid, depth) == self.flat.group_size(rid, depth)
+            for key in keys:
+                assert self.cht.group_members(key) == self.flat.group_members(key)
+
+    @invariant()
     def homogeneity_agrees(self) -> None:
         running = list(self.cht.running_ids())
         if not running:
@@ -248,7 +286,12 @@ class CHTAgainstRadix(RuleBasedStateMachine):
             self.cht.remove(rid)
         assert len(self.cht) == 0
         assert self.cht.is_empty(), "index did not return to empty"
-        assert not self.cht._waiting and not self.cht._running_refs  # no key left
+        assert not self.cht._root.children and not self.cht._end_keys  # no node left
+
+
+def _fields(c: object) -> tuple | None:
+    """A candidate's fields (the two indexes' Candidate classes differ)."""
+    return None if c is None else (c.request_id, c.matched_chunks, c.total_chunks)  # type: ignore[attr-defined]
 
 
 def _lcp(a: np.ndarray, b: np.ndarray) -> int:

@@ -27,6 +27,10 @@ def test_index_bench_writes_rows(tmp_path: Path) -> None:
             "300",
             "--long-queues",
             "",
+            "--xl-queues",
+            "",
+            "--chunk-size",
+            "64",
             "--repeats",
             "1",
             "--json",
@@ -42,8 +46,12 @@ def test_index_bench_writes_rows(tmp_path: Path) -> None:
         "radix_us_per_decision",
         "cht_us_per_insert",
         "radix_us_per_insert",
+        "cht_us_per_finish",
+        "bytes_per_request",
+        "digest_bytes_per_request",
     ):
         assert row[field] > 0
+    assert row["digest_bytes_per_request"] == 8 * 32  # 2,000 tokens = 32 chunks of 64
     assert payload["machine"]["cores"] >= 1
 
 

@@ -10,6 +10,8 @@ should the next prefill batch admit, best shared prefix first?".
   not on how many requests wait.
 Insert cost: CHT = one hashing pass + registering the chunk keys; radix = inserting the prompt
 into the tree (what SGLang does when it caches a request).
+Memory: `bytes_per_request` = what the CHT allocates (tracemalloc) for the whole queue, per
+waiting request, beside `digest_bytes_per_request` = 8 bytes x its chunks (the raw digests).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from __future__ import annotations
 import gc
 import statistics
 import time
-from collections.abc import Callable
+import tracemalloc
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -54,6 +57,12 @@ class IndexBenchRow:
     radix_us_per_decision: float
     cht_us_per_insert: float
     radix_us_per_insert: float
+    cht_us_per_finish: float = 0.0
+    """One finish (running -> gone) of an admitted request, index bookkeeping only."""
+    bytes_per_request: float = 0.0
+    """CHT memory per waiting request (tracemalloc, whole queue in the index)."""
+    digest_bytes_per_request: float = 0.0
+    """Raw digests per request: 8 bytes x chunks."""
 
     @property
     def decision_speedup(self) -> float:
@@ -71,7 +80,10 @@ DEFAULT_CASES = (
     IndexBenchCase(100_000, 2_000, 1_500),
     IndexBenchCase(1_000, 20_000, 15_000),
     IndexBenchCase(10_000, 20_000, 15_000),
+    IndexBenchCase(1_000, 128_000, 96_000),
 )
+DEFAULT_CHUNK_SIZES = (16, 64, 512)
+"""16 = one vLLM GPU KV block (the adapter's chunk); the paper used chunks of 50 and 500."""
 
 
 def make_queue(case: IndexBenchCase, seed: int = 0) -> list[np.ndarray]:
@@ -87,10 +99,17 @@ def make_queue(case: IndexBenchCase, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+"""`wall`: elapsed time (the default). `cpu`: this process's CPU time, for a machine shared with
+other work: a long radix pass is descheduled many times there and a short CHT decision
+rarely, so wall clock would favour the CHT."""
+_now = time.perf_counter
+
+
 def _timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
+    start = _now()
     fn()
-    return time.perf_counter() - start
+    return _now() - start
 
 
 def _us_each(fn: Callable[[], object], count: int) -> float:
@@ -115,40 +134,112 @@ def run_case(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> IndexBenchRow:
-    """Measure one case. `running` requests of one group form the running batch first."""
+    """Measure one case at one chunk size (see `run_cases`)."""
+    (row,) = run_cases(
+        case,
+        chunk_sizes=(chunk_size,),
+        batch=batch,
+        running=running,
+        repeats=repeats,
+        seed=seed,
+        progress=progress,
+    )
+    return row
+
+
+def run_cases(
+    case: IndexBenchCase,
+    *,
+    chunk_sizes: Sequence[int] = (64,),
+    batch: int = 32,
+    running: int = 32,
+    repeats: int = 5,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+    clock: str = "wall",
+) -> list[IndexBenchRow]:
+    """Measure one case, one row per CHT chunk size (the radix pass, which has no chunks, is
+    measured once). `running` requests of one group form the running batch first. `clock`:
+    see `CLOCKS`."""
+    global _now
+    _now = CLOCKS[clock]
     say = progress or (lambda _msg: None)
     say(f"queue {case.queue:,} x {case.prompt_tokens:,} tokens: generating")
     prompts = make_queue(case, seed)
     ids = [f"q{i}" for i in range(len(prompts))]
 
-    say("CHT insert")  # building the index (hash + add) is the per-request insert cost
-    cht = ChunkedHashTree(chunk_size)
-    cht_insert_us = _us_each(lambda: [cht.add(rid, p) for rid, p in zip(ids, prompts)], len(ids))
-    running_ids = _admit_running_batch(cht, case, ids, chunk_size, running)
-    say("CHT decisions")
-    take = min(batch, cht.num_waiting)
-    cht_times = _cht_decision_times(cht, ids, take, repeats)
+    cht_rows = []
+    running_ids: list[str] = []
+    for chunk_size in chunk_sizes:
+        say(f"CHT chunk {chunk_size}: insert")  # hash + add = the per-request insert cost
+        cht = ChunkedHashTree(chunk_size)
+        cht_insert_us = _us_each(
+            lambda cht=cht: [cht.add(rid, p) for rid, p in zip(ids, prompts)], len(ids)
+        )
+        digests = {rid: _digests_of(cht, rid) for rid in ids}
+        say(f"CHT chunk {chunk_size}: memory")
+        mem = _bytes_per_request(chunk_size, ids, digests)
+        running_ids = _admit_running_batch(cht, case, ids, chunk_size, running)
+        say(f"CHT chunk {chunk_size}: decisions")
+        take = min(batch, cht.num_waiting)
+        cht_times, finish_us = _cht_decision_times(cht, ids, take, repeats, digests)
+        chunks = statistics.mean(len(d) for d in digests.values())
+        cht_rows.append((chunk_size, take, cht_times, cht_insert_us, finish_us, mem, chunks))
+        del cht, digests
 
     say("radix insert")
     radix = RadixTree()
     radix_insert_us = _radix_insert_us(radix, case, prompts, ids, seed)
-    for rid in running_ids:
+    for rid in running_ids:  # the same group heads at every chunk size
         if rid not in radix:
             radix.insert(rid, prompts[int(rid[1:])])
     say("radix LPM passes")
     radix_times = _radix_decision_times(radix, prompts, ids, running_ids, batch, repeats)
+    radix_us = round(statistics.median(radix_times) * 1e6, 2)
 
-    return IndexBenchRow(
-        queue=case.queue,
-        prompt_tokens=case.prompt_tokens,
-        prefix_tokens=case.prefix_tokens,
-        chunk_size=chunk_size,
-        decision_batch=take,
-        cht_us_per_decision=round(statistics.median(cht_times) * 1e6, 2),
-        radix_us_per_decision=round(statistics.median(radix_times) * 1e6, 2),
-        cht_us_per_insert=round(cht_insert_us, 2),
-        radix_us_per_insert=round(radix_insert_us, 2),
-    )
+    return [
+        IndexBenchRow(
+            queue=case.queue,
+            prompt_tokens=case.prompt_tokens,
+            prefix_tokens=case.prefix_tokens,
+            chunk_size=chunk_size,
+            decision_batch=take,
+            cht_us_per_decision=round(statistics.median(cht_times) * 1e6, 2),
+            radix_us_per_decision=radix_us,
+            cht_us_per_insert=round(cht_insert_us, 2),
+            radix_us_per_insert=round(radix_insert_us, 2),
+            cht_us_per_finish=round(finish_us, 2),
+            bytes_per_request=round(mem, 1),
+            digest_bytes_per_request=round(8 * chunks, 1),
+        )
+        for chunk_size, take, cht_times, cht_insert_us, finish_us, mem, chunks in cht_rows
+    ]
+
+
+def _digests_of(cht: ChunkedHashTree, rid: str) -> np.ndarray:
+    """A request's chain as a uint64 array (also from an index whose keys are plain tuples,
+    so the bench can time another CHT with the same API)."""
+    keys = cht.keys_of(rid)
+    if hasattr(keys, "digests"):
+        return keys.digests()
+    return np.array([k[1] for k in keys], dtype=np.uint64)
+
+
+def _bytes_per_request(chunk_size: int, ids: list[str], digests: dict[str, np.ndarray]) -> float:
+    """Bytes the CHT allocates per waiting request with the whole queue in it (tracemalloc;
+    the digests are handed over already computed, so hashing temporaries are not counted)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        cht = ChunkedHashTree(chunk_size)
+        for rid in ids:
+            cht.add(rid, digests=digests[rid])
+        used = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    del cht
+    return used / len(ids)
 
 
 def _admit_running_batch(
@@ -166,12 +257,17 @@ def _admit_running_batch(
 
 
 def _cht_decision_times(
-    cht: ChunkedHashTree, ids: list[str], take: int, repeats: int
-) -> list[float]:
+    cht: ChunkedHashTree,
+    ids: list[str],
+    take: int,
+    repeats: int,
+    digests: dict[str, np.ndarray],
+) -> tuple[list[float], float]:
     """Seconds per CHT decision: admit the `take` best candidates one by one (FCFS when none
     shares a chunk with the running batch). Between timed decisions the admitted requests
-    finish and equivalent ones arrive again (untimed), so every decision sees the same queue."""
-    digests = {rid: [k[1] for k in cht.keys_of(rid)] for rid in ids}
+    finish (timed apart: microseconds per finish) and equivalent ones arrive again (untimed),
+    so every decision sees the same queue. 20 x `repeats` decisions (median): one takes
+    ~0.1-0.5 ms, so a few more samples keep the median steady on a busy machine."""
 
     def decision() -> list[str]:
         chosen = []
@@ -182,15 +278,18 @@ def _cht_decision_times(
             chosen.append(rid)
         return chosen
 
-    times = []
-    for _ in range(max(repeats, 3) * 4):
-        start = time.perf_counter()
+    times, finishes = [], []
+    for _ in range(max(repeats, 3) * 20):
+        start = _now()
         chosen = decision()
-        times.append(time.perf_counter() - start)
+        times.append(_now() - start)
+        start = _now()
         for rid in chosen:
             cht.finish(rid)
+        finishes.append((_now() - start) / max(1, len(chosen)))
+        for rid in chosen:
             cht.add(rid, digests=digests[rid])
-    return times
+    return times, statistics.median(finishes) * 1e6
 
 
 def _radix_insert_us(

@@ -15,6 +15,11 @@ Collisions: two different prefixes of the same level collide with probability ~2
 requests x 10^2 levels that is ~10^7 keys, so the odds of any collision are ~10^14 / 2^65
 ~ 3e-6 per index lifetime. A collision only mis-orders admissions: the engines keep their own
 block hashes for KV reuse, so the index is advisory and can never corrupt a KV cache.
+
+Storage: the implicit tree of keys is kept path-compressed (`_Node`: a run of levels held by
+exactly the same requests, its digests in one uint64 array), so memory is ~8 bytes per
+distinct key plus a few hundred bytes per request, and admitting, preempting or finishing a
+request costs one step per divergence point of its chain, not one per chunk.
 """
 
 from __future__ import annotations
@@ -76,6 +81,11 @@ def chunk_digests(tokens: np.ndarray | Sequence[int], chunk_size: int) -> list[i
     return out
 
 
+def chunk_digest_array(tokens: np.ndarray | Sequence[int], chunk_size: int) -> np.ndarray:
+    """`chunk_digests` as a uint64 array (what the index stores)."""
+    return np.array(chunk_digests(tokens, chunk_size), dtype=np.uint64)
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A waiting request proposed for admission, with how well it fits the running batch."""
@@ -91,31 +101,137 @@ class Candidate:
         return self.total_chunks - self.matched_chunks
 
 
+_MASK64 = 0xFFFF_FFFF_FFFF_FFFF
+_EMPTY = np.empty(0, dtype=np.uint64)
+
+
+def _as_digest_array(digests: Sequence[int] | np.ndarray) -> np.ndarray:
+    """A chain as a fresh uint64 array (8 bytes a digest); ints outside 0..2^64-1 (e.g. a
+    negative Python `hash`) are taken modulo 2^64."""
+    if isinstance(digests, np.ndarray) and digests.dtype == np.uint64:
+        return np.array(digests, dtype=np.uint64)  # a copy: the caller may reuse its array
+    try:
+        return np.array(digests, dtype=np.uint64).reshape(-1)
+    except OverflowError:
+        return np.array([int(d) & _MASK64 for d in digests], dtype=np.uint64)
+
+
+class _Node:
+    """A run of chain levels [start, end) that exactly the same requests hold (a compressed
+    path of the implicit key tree). `seg` holds its digests (uint64, 8 bytes a level);
+    `waiting` its waiting holders in the order they (re-)entered the queue; `running` how
+    many running requests hold it. A request's chain ends at its *leaf*: the node whose end
+    is its last level (nodes are split so that every chain ends on a node boundary)."""
+
+    __slots__ = ("alive", "children", "end", "key", "parent", "running", "seg", "start", "waiting")
+
+    def __init__(self, parent: _Node | None, start: int, seg: np.ndarray) -> None:
+        self.parent = parent
+        self.start = start
+        self.end = start + len(seg)
+        self.seg = seg
+        self.key: Key = (self.end - 1, seg.item(-1)) if len(seg) else (-1, 0)
+        self.children: dict[int, _Node] | None = None
+        self.waiting: dict[str, None] = {}
+        self.running = 0
+        self.alive = True
+
+
+class KeyChain(Sequence[Key]):
+    """A request's keys `(level, digest)`, read-only and built on demand (a 128k-token prompt
+    at chunk 16 has 8,000 of them: no tuple is made until one is asked for). Compares equal
+    to the tuple of the same keys."""
+
+    __slots__ = ("_digests", "_leaf")
+
+    def __init__(self, digests: np.ndarray | None = None, leaf: _Node | None = None) -> None:
+        self._digests = digests
+        self._leaf = leaf
+
+    def digests(self) -> np.ndarray:
+        """The chain's digests, level 0 first (uint64)."""
+        if self._digests is None:
+            self._digests = _chain_of(self._leaf)
+        return self._digests
+
+    def __len__(self) -> int:
+        if self._digests is None:
+            return self._leaf.end if self._leaf is not None else 0
+        return len(self._digests)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        d = self.digests()
+        if isinstance(i, slice):
+            return tuple((level, d.item(level)) for level in range(len(d))[i])
+        n = len(d)
+        level = i + n if i < 0 else i
+        if not 0 <= level < n:
+            raise IndexError("key index out of range")
+        return (level, d.item(level))
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(tuple(enumerate(self.digests().tolist())))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, KeyChain):
+            return np.array_equal(self.digests(), other.digests())
+        if isinstance(other, (tuple, list)):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"KeyChain({len(self)} keys)"
+
+
+def _chain_of(leaf: _Node | None) -> np.ndarray:
+    """Digests from the root down to `leaf`, level 0 first (also for a removed leaf: nodes
+    keep their parent and digests when they leave the tree)."""
+    segs = []
+    node = leaf
+    while node is not None and node.parent is not None:
+        segs.append(node.seg)
+        node = node.parent
+    if not segs:
+        return _EMPTY
+    segs.reverse()
+    return np.concatenate(segs)
+
+
 class ChunkedHashTree:
     """Prefix index over waiting and running requests, keyed by chained chunk digests.
 
-    State: key -> ordered set of waiting ids (insertion order = arrival order); id -> its keys;
-    key -> refcount over running requests; a heap of the running batch's keys that waiting
-    requests match into (`candidates`). Every update is O(chunks of the request); every query
-    the scheduler makes is O(log chunks) or O(answer), independent of the queue length.
+    The implicit key tree is stored path-compressed: a node is a run of levels held by
+    exactly the same requests, so a chain that only one request uses is one node (its
+    digests in one uint64 array), and a request is one leaf pointer. Per node: the ordered
+    set of its waiting holders and a count of its running holders. Admission, preemption and
+    finish touch each node on the request's path once (O(b): b = the divergence points on
+    its chain, 1-3 in prefix-group traffic), never each chunk. Queries walk the same path.
+    A heap holds the running batch's keys that waiting requests match into (`candidates`).
+    Arrival costs one O(chunks) vectorised copy of the digests (and the hashing when given
+    tokens) plus O(b log chunks) comparisons to find where it leaves the tree.
     """
 
     def __init__(self, chunk_size: int = 64) -> None:
         if int(chunk_size) < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         self.chunk_size = int(chunk_size)
-        self._keys: dict[str, tuple[Key, ...]] = {}
+        self._root = _Node(None, 0, _EMPTY)
+        self._root.children = {}
+        self._leaf: dict[str, _Node] = {}
         self._state: dict[str, RequestState] = {}
-        self._waiting: dict[Key, dict[str, None]] = {}
-        self._running_refs: dict[Key, int] = {}
         self._running: dict[str, None] = {}
+        self._end_keys: dict[Key, _Node] = {}  # every live node by the key of its last level
+        self._running_keys = 0  # distinct keys held by running requests
         self._running_roots = 0  # distinct level-0 keys among running requests
         self._shared_roots = 0  # level-0 keys held by >= 2 requests (waiting or running)
         # keys held by the running batch that still have waiting requests, deepest first: at
         # least each waiting request's deepest such key (see _add_running); stale entries
-        # are dropped lazily
+        # are dropped lazily. _in_hot: key -> the node it ends (re-found if that node left).
         self._hot: list[tuple[int, int, Key]] = []
-        self._in_hot: set[Key] = set()
+        self._in_hot: dict[Key, _Node] = {}
         self._hot_seq = 0
 
     # ------------------------------------------------------------------ sizes and lookups
@@ -145,15 +261,26 @@ class ChunkedHashTree:
         order degenerates to queue order: hosts use it to skip a policy for a step."""
         return self._shared_roots
 
+    @property
+    def num_nodes(self) -> int:
+        """Nodes of the compressed tree (runs of levels with the same holders)."""
+        return len(self._end_keys)
+
     def state(self, request_id: str) -> RequestState:
         return self._state[self._known(request_id)]
 
-    def keys_of(self, request_id: str) -> tuple[Key, ...]:
-        return self._keys[self._known(request_id)]
+    def keys_of(self, request_id: str) -> KeyChain:
+        """Its keys `(level, digest)`, level 0 first; `len()` is O(1), items are built on
+        first access (O(chunks) then)."""
+        return KeyChain(leaf=self._leaf[self._known(request_id)])
+
+    def num_chunks(self, request_id: str) -> int:
+        """Chunks (keys) of its prompt, O(1)."""
+        return self._leaf[self._known(request_id)].end
 
     def is_empty(self) -> bool:
         """True when no request and no per-key state remains (memory back to empty)."""
-        return not self._state and not self._waiting and not self._running_refs and not self._hot
+        return not self._state and not self._root.children and not self._end_keys and not self._hot
 
     # ------------------------------------------------------------------ updates
     def add(
@@ -161,8 +288,8 @@ class ChunkedHashTree:
         request_id: str,
         tokens: np.ndarray | Sequence[int] | None = None,
         *,
-        digests: Sequence[int] | None = None,
-    ) -> tuple[Key, ...]:
+        digests: Sequence[int] | np.ndarray | None = None,
+    ) -> KeyChain:
         """A request arrives in the waiting queue.
 
         Pass `tokens` to hash here, or `digests` already chained at this index's chunk size
@@ -173,78 +300,78 @@ class ChunkedHashTree:
         if (tokens is None) == (digests is None):
             raise ValueError("pass exactly one of tokens= or digests=")
         if digests is None:
-            digests = chunk_digests(tokens, self.chunk_size)  # type: ignore[arg-type]
-        keys = tuple((level, int(d)) for level, d in enumerate(digests))
-        self._keys[request_id] = keys
+            d = chunk_digest_array(tokens, self.chunk_size)  # type: ignore[arg-type]
+        else:
+            d = _as_digest_array(digests)
+        path = self._insert_chain(d) if len(d) else []
+        self._leaf[request_id] = path[-1] if path else self._root
         self._state[request_id] = RequestState.WAITING
-        if keys and self._root_holders(keys[0]) == 1:
+        if path and len(path[0].waiting) + path[0].running == 1:
             self._shared_roots += 1  # counted before the insert: 1 -> 2 holders
-        self._add_waiting(request_id, keys)
-        return keys
+        self._add_waiting(request_id, path)
+        return KeyChain(digests=d)
 
     def admit(self, request_id: str) -> None:
         """Waiting -> running (the scheduler admitted it)."""
-        keys = self._expect(request_id, RequestState.WAITING, "admit")
-        self._remove_waiting(request_id, keys)
-        self._add_running(keys)
+        path = self._path(self._expect(request_id, RequestState.WAITING, "admit"))
+        for node in path:
+            del node.waiting[request_id]
+        self._add_running(path)
         self._state[request_id] = RequestState.RUNNING
         self._running[request_id] = None
 
     def preempt(self, request_id: str) -> None:
         """Running -> waiting (evicted by the engine, to be recomputed later)."""
-        keys = self._expect(request_id, RequestState.RUNNING, "preempt")
-        self._remove_running(keys)
+        path = self._path(self._expect(request_id, RequestState.RUNNING, "preempt"))
+        self._remove_running(path)
         del self._running[request_id]
         self._state[request_id] = RequestState.WAITING
-        self._add_waiting(request_id, keys)
+        self._add_waiting(request_id, path)
 
     def finish(self, request_id: str) -> None:
         """Running -> gone (done generating)."""
-        keys = self._expect(request_id, RequestState.RUNNING, "finish")
-        self._drop_root(keys)
-        self._remove_running(keys)
+        path = self._path(self._expect(request_id, RequestState.RUNNING, "finish"))
+        self._drop_root(path)
+        self._remove_running(path)
         del self._running[request_id]
-        self._forget(request_id)
+        self._forget(request_id, path)
 
     def remove(self, request_id: str) -> None:
         """Drop a request in any state (abort, or removal from the waiting queue)."""
         state = self._state.get(request_id)
         if state is None:
             raise UnknownRequestError(f"request {request_id!r} is not in the index")
-        keys = self._keys[request_id]
-        self._drop_root(keys)
+        path = self._path(self._leaf[request_id])
+        self._drop_root(path)
         if state is RequestState.RUNNING:
-            self._remove_running(keys)
+            self._remove_running(path)
             del self._running[request_id]
         else:
-            self._remove_waiting(request_id, keys)
-        self._forget(request_id)
+            for node in path:
+                del node.waiting[request_id]
+        self._forget(request_id, path)
 
     # ------------------------------------------------------------------ queries
     def matched_chunks(self, request_id: str) -> int:
         """Leading chunks of this request held by at least one running request."""
-        keys = self._keys[self._known(request_id)]
-        refs = self._running_refs
-        return deepest_true(len(keys), lambda i: refs.get(keys[i], 0) > 0)
+        node, root = self._leaf[self._known(request_id)], self._root
+        while node is not root and not node.running:
+            node = node.parent  # type: ignore[assignment]
+        return node.end
 
     def running_common_chunks(self) -> int:
         """Chunks shared by every running request (0 when nothing runs)."""
         n = len(self._running)
         if n == 0:
             return 0
-        keys = self._keys[next(iter(self._running))]
-        refs = self._running_refs
-        return deepest_true(len(keys), lambda i: refs.get(keys[i], 0) == n)
+        return self._deepest_running(self._leaf[next(iter(self._running))], n)
 
     def running_shared_chunks(self) -> int:
         """Leading chunks of the oldest running request that another running request also
-        holds: the length of one prefix the batch shares (0 when none is shared). O(log
-        chunks)."""
+        holds: the length of one prefix the batch shares (0 when none is shared). O(b)."""
         if len(self._running) < 2:
             return 0
-        keys = self._keys[next(iter(self._running))]
-        refs = self._running_refs
-        return deepest_true(len(keys), lambda i: refs.get(keys[i], 0) >= 2)
+        return self._deepest_running(self._leaf[next(iter(self._running))], 2)
 
     def lost_chunks(self, request_id: str) -> int:
         """Chunks of the running batch's common prefix that admitting this request would lose.
@@ -255,42 +382,55 @@ class ChunkedHashTree:
         if n == 0:
             return 0
         common = self.running_common_chunks()
-        keys = self._keys[self._known(request_id)]
-        refs = self._running_refs
-        kept = deepest_true(min(common, len(keys)), lambda i: refs.get(keys[i], 0) == n)
-        return common - kept
+        node, root = self._leaf[self._known(request_id)], self._root
+        while node is not root and node.running != n:
+            node = node.parent  # type: ignore[assignment]
+        return common - min(common, node.end)
 
     def group_size(self, request_id: str, chunks: int) -> int:
         """Waiting requests that share this request's first `chunks` chunks (itself included
         when it is waiting). `chunks` beyond its prompt counts only identical prompts."""
-        keys = self._keys[self._known(request_id)]
+        node = self._leaf[self._known(request_id)]
         if chunks <= 0:
             return self.num_waiting
-        if chunks > len(keys):
+        if chunks > node.end:
             return 0
-        return len(self._waiting.get(keys[chunks - 1], ()))
+        while node.start >= chunks:
+            node = node.parent  # type: ignore[assignment]
+        return len(node.waiting)
 
     def sharing_profile(self, request_id: str) -> tuple[int, int, int, int]:
         """One pass of what an admission decision needs about a waiting request:
         (matched, depth, group, holders) = chunks shared with the running batch; deepest
         level it shares with the batch or with another waiting request; waiting requests
-        sharing that level; running requests holding it. O(log chunks) dict lookups."""
-        keys = self._keys.get(request_id)
-        if keys is None:
+        sharing that level; running requests holding it. O(b): one walk up its path."""
+        node = self._leaf.get(request_id)
+        if node is None:
             raise UnknownRequestError(f"request {request_id!r} is not in the index")
-        refs = self._running_refs
-        waiting = self._waiting
-        # deepest level held by a running request, then shared with another waiting one
-        matched = deepest_true(len(keys), lambda i: keys[i] in refs)
-        depth = deepest_true(len(keys), lambda i: len(waiting.get(keys[i], ())) >= 2, matched)
-        if depth == 0:
-            return matched, 0, 1, 0
-        key = keys[depth - 1]
-        return matched, depth, len(waiting.get(key, ())), refs.get(key, 0)
+        root = self._root
+        matched = 0
+        shared: _Node | None = None  # deepest node with >= 2 waiting holders
+        while node is not root:
+            if shared is None and len(node.waiting) >= 2:
+                shared = node
+            if node.running:
+                matched = node.end
+                break
+            node = node.parent  # type: ignore[assignment]
+        if shared is not None and shared.end > matched:
+            return matched, shared.end, len(shared.waiting), shared.running
+        if matched == 0:
+            return 0, 0, 1, 0
+        return matched, matched, len(node.waiting), node.running
 
     def group_members(self, key: Key) -> list[str]:
-        """Waiting ids holding `key`, oldest first."""
-        return list(self._waiting.get(key, ()))
+        """Waiting ids holding `key`, oldest first. O(answer) for a key that ends a node (every
+        key a query here hands out: group and match depths end nodes); a key inside a node is
+        found by a scan over the nodes, once (the node is split there)."""
+        node = self._end_keys.get(key)
+        if node is None:
+            node = self._find_inner(key)
+        return list(node.waiting) if node is not None else []
 
     def best_candidate(self) -> Candidate | None:
         """The waiting request that shares the most leading chunks with the running batch.
@@ -302,8 +442,8 @@ class ChunkedHashTree:
         if not self._hot:
             return None
         key = self._hot[0][2]
-        rid = next(iter(self._waiting[key]))
-        return Candidate(rid, key[0] + 1, len(self._keys[rid]))
+        rid = next(iter(self._in_hot[key].waiting))
+        return Candidate(rid, key[0] + 1, self._leaf[rid].end)
 
     def candidates(self, limit: int | None = None) -> Iterator[Candidate]:
         """Waiting requests ordered by most chunks shared with the running batch (ties: oldest
@@ -322,16 +462,17 @@ class ChunkedHashTree:
             while self._hot and (limit is None or yielded < limit):
                 entry = heapq.heappop(self._hot)
                 key = entry[2]
-                if not self._is_hot(key):
-                    self._in_hot.discard(key)
+                node = self._hot_node(key)
+                if node is None:
+                    del self._in_hot[key]
                     continue
                 popped.append(entry)
                 matched = key[0] + 1
-                for rid in self._waiting[key]:
+                for rid in node.waiting:
                     if rid in seen:
                         continue
                     seen.add(rid)
-                    yield Candidate(rid, matched, len(self._keys[rid]))
+                    yield Candidate(rid, matched, self._leaf[rid].end)
                     yielded += 1
                     if limit is not None and yielded >= limit:
                         break
@@ -351,7 +492,7 @@ class ChunkedHashTree:
             raise UnknownRequestError(f"request {request_id!r} is not in the index")
         return request_id
 
-    def _expect(self, request_id: str, state: RequestState, op: str) -> tuple[Key, ...]:
+    def _expect(self, request_id: str, state: RequestState, op: str) -> _Node:
         actual = self._state.get(request_id)
         if actual is None:
             raise UnknownRequestError(f"cannot {op} {request_id!r}: not in the index")
@@ -359,109 +500,215 @@ class ChunkedHashTree:
             raise InvalidTransitionError(
                 f"cannot {op} {request_id!r}: it is {actual.value}, expected {state.value}"
             )
-        return self._keys[request_id]
+        return self._leaf[request_id]
 
-    def _root_holders(self, root: Key) -> int:
-        members = self._waiting.get(root)
-        return (len(members) if members else 0) + self._running_refs.get(root, 0)
+    def _path(self, leaf: _Node) -> list[_Node]:
+        """The nodes from level 0 down to `leaf` (empty for an empty prompt)."""
+        path = []
+        root = self._root
+        node = leaf
+        while node is not root:
+            path.append(node)
+            node = node.parent  # type: ignore[assignment]
+        path.reverse()
+        return path
 
-    def _drop_root(self, keys: tuple[Key, ...]) -> None:
+    def _deepest_running(self, leaf: _Node, at_least: int) -> int:
+        node, root = leaf, self._root
+        while node is not root and node.running < at_least:
+            node = node.parent  # type: ignore[assignment]
+        return node.end
+
+    # --- the compressed tree
+    def _new_node(self, parent: _Node, start: int, seg: np.ndarray) -> _Node:
+        node = _Node(parent, start, seg)
+        if parent.children is None:
+            parent.children = {}
+        parent.children[seg.item(0)] = node
+        self._end_keys[node.key] = node
+        return node
+
+    def _split(self, node: _Node, level: int) -> _Node:
+        """Split `node` above `level` (start < level < end); returns the new upper part. The
+        lower part stays the same object, so a node keeps its last key (and leaf role)."""
+        cut = level - node.start
+        parent = node.parent
+        assert parent is not None and 0 < cut < len(node.seg)
+        upper = _Node(parent, node.start, node.seg[:cut].copy())
+        upper.waiting = node.waiting.copy()
+        upper.running = node.running
+        upper.children = {node.seg.item(cut): node}
+        parent.children[upper.seg.item(0)] = upper  # type: ignore[index]
+        node.seg = node.seg[cut:].copy()
+        node.start = level
+        node.parent = upper
+        self._end_keys[upper.key] = upper
+        return upper
+
+    def _insert_chain(self, d: np.ndarray) -> list[_Node]:
+        """Find or make the nodes of chain `d` (non-empty): walk down while it matches,
+        split where it leaves a node, and hang the rest below as one new leaf."""
+        n = len(d)
+        node = self._root
+        level = 0
+        path: list[_Node] = []
+        while True:
+            children = node.children
+            child = children.get(d.item(level)) if children else None
+            if child is None:
+                path.append(self._new_node(node, level, d[level:].copy()))
+                return path
+            lim = min(child.end, n)
+            seg, start = child.seg, child.start
+            if seg.item(lim - 1 - start) == d.item(lim - 1):
+                m = lim  # chained digests: equal at lim - 1 means equal all the way
+            else:
+                m = deepest_true(
+                    lim, lambda i, seg=seg, start=start: seg.item(i - start) == d.item(i), level + 1
+                )
+            if m < child.end:
+                child = self._split(child, m)
+            path.append(child)
+            if m == n:
+                return path
+            node, level = child, m
+
+    def _kill(self, path: list[_Node]) -> None:
+        """Remove the nodes no request holds any more (a suffix of the path)."""
+        for node in reversed(path):
+            if node.waiting or node.running:
+                return
+            parent = node.parent
+            del parent.children[node.seg.item(0)]  # type: ignore[union-attr]
+            del self._end_keys[node.key]
+            node.alive = False
+
+    def _find_inner(self, key: Key) -> _Node | None:
+        """The node holding `key` strictly inside it (O(nodes)); split so that it ends it."""
+        level, digest = key
+        for node in list(self._end_keys.values()):
+            if node.start <= level < node.end and node.seg.item(level - node.start) == digest:
+                return self._split(node, level + 1) if level + 1 < node.end else node
+        return None
+
+    def _relocate(self, key: Key, gone: _Node) -> _Node | None:
+        """`key` ended node `gone`, which has left the tree; requests that arrived since may
+        hold the same prefix again. Walk down along gone's chain; split so that it ends a
+        node. O(b log chunks) plus one copy of the chain."""
+        level, digest = key
+        d = _chain_of(gone)
+        node = self._root
+        at = 0
+        while True:
+            children = node.children
+            child = children.get(d.item(at)) if children else None
+            if child is None:
+                return None
+            if level < child.end:
+                if child.seg.item(level - child.start) != digest:
+                    return None
+                return self._split(child, level + 1) if level + 1 < child.end else child
+            if child.seg.item(-1) != d.item(child.end - 1):
+                return None
+            node, at = child, child.end
+
+    # --- counts and the hot heap
+    def _drop_root(self, path: list[_Node]) -> None:
         """A request leaves the index: its root may stop being shared (2 -> 1 holders)."""
-        if keys and self._root_holders(keys[0]) == 2:
+        if path and len(path[0].waiting) + path[0].running == 2:
             self._shared_roots -= 1
 
-    def _forget(self, request_id: str) -> None:
+    def _forget(self, request_id: str, path: list[_Node]) -> None:
         del self._state[request_id]
-        del self._keys[request_id]
+        del self._leaf[request_id]
+        self._kill(path)
         if not self._state:  # nothing left: drop the lazily-kept heap state too
             self._hot.clear()
             self._in_hot.clear()
 
-    def _is_hot(self, key: Key) -> bool:
-        return key in self._running_refs and key in self._waiting
+    def _hot_node(self, key: Key) -> _Node | None:
+        """The node `key` (a heap entry) ends, when running and waiting requests both hold
+        it; else None."""
+        node = self._in_hot[key]
+        if not node.alive:
+            found = self._relocate(key, node)
+            if found is None:
+                return None
+            self._in_hot[key] = node = found
+        return node if node.running and node.waiting else None
 
-    def _push_hot(self, key: Key) -> None:
+    def _push_hot(self, node: _Node) -> None:
+        key = node.key
         if key in self._in_hot:
+            self._in_hot[key] = node  # same key: refresh the node (it may have been re-made)
             return
-        self._in_hot.add(key)
+        self._in_hot[key] = node
         self._hot_seq += 1
         heapq.heappush(self._hot, (-key[0], self._hot_seq, key))
 
     def _drop_stale_hot(self) -> None:
         hot = self._hot
-        while hot and not self._is_hot(hot[0][2]):
-            self._in_hot.discard(heapq.heappop(hot)[2])
+        while hot and self._hot_node(hot[0][2]) is None:
+            del self._in_hot[heapq.heappop(hot)[2]]
         # compact if stale entries dominate, so memory tracks the live running set
-        if len(hot) > 64 and len(hot) > 4 * len(self._running_refs):
-            live = [e for e in hot if self._is_hot(e[2])]
-            self._in_hot = {e[2] for e in live}
+        if len(hot) > 64 and len(hot) > 4 * self._running_keys:
+            live = [e for e in hot if self._hot_node(e[2]) is not None]
+            self._in_hot = {e[2]: self._in_hot[e[2]] for e in live}
             heapq.heapify(live)
             self._hot = live
 
-    def _add_waiting(self, request_id: str, keys: tuple[Key, ...]) -> None:
-        # Hot path (every arrival and preemption): one dict insert per chunk, then one heap
-        # entry for the request's deepest key held by the running batch (see _add_running).
-        waiting = self._waiting
-        for key in keys:
-            members = waiting.get(key)
-            if members is None:
-                waiting[key] = {request_id: None}
-            else:
-                members[request_id] = None
-        running = self._running_refs
-        depth = deepest_true(len(keys), lambda i: keys[i] in running)
-        if depth:
-            self._push_hot(keys[depth - 1])
+    def _add_waiting(self, request_id: str, path: list[_Node]) -> None:
+        """Arrival or preemption: join each node's waiting set, then put the request's deepest
+        key held by the running batch in the heap (see _add_running)."""
+        for node in path:
+            node.waiting[request_id] = None
+        for node in reversed(path):
+            if node.running:
+                self._push_hot(node)
+                break
 
-    def _remove_waiting(self, request_id: str, keys: tuple[Key, ...]) -> None:
-        # Hot path (every admission): one dict delete per chunk.
-        waiting = self._waiting
-        for key in keys:
-            members = waiting[key]
-            if len(members) == 1:
-                del waiting[key]
-            else:
-                del members[request_id]
-
-    def _add_running(self, keys: tuple[Key, ...]) -> None:
+    def _add_running(self, path: list[_Node]) -> None:
         """A request joins the batch. The heap invariant: every waiting request's deepest key
         held by the batch is in the heap. The keys this request newly brings into the batch
         form a suffix of its chain; along it, the waiting sets shrink with depth, and a
         waiting request's deepest match is where its set drops out. So only those drop-out
         levels are pushed, not every hot key (a long prompt shared by a backlog has hundreds
-        of them, and each would later be popped stale inside a scheduling decision)."""
-        refs = self._running_refs
-        for key in keys:
-            n = refs.get(key, 0)
-            refs[key] = n + 1
-            if n == 0 and key[0] == 0:
-                self._running_roots += 1
-        waiting = self._waiting
-        sizes = [len(waiting.get(key, ())) for key in keys]
-        sizes.append(0)
-        for level, key in enumerate(keys):
-            if not sizes[level]:
+        of them, and each would later be popped stale inside a scheduling decision). Waiting
+        sets only change at node ends, so this is one step per node."""
+        for node in path:
+            r = node.running + 1
+            node.running = r
+            if r == 1:
+                self._running_keys += node.end - node.start
+                if node.start == 0:
+                    self._running_roots += 1
+        last = len(path) - 1
+        for i, node in enumerate(path):
+            w = len(node.waiting)
+            if not w:
                 break  # waiting sets are nested along the chain: none deeper either
-            if sizes[level + 1] < sizes[level] and refs[key] == 1:
-                self._push_hot(key)
+            below = len(path[i + 1].waiting) if i < last else 0
+            if below < w and node.running == 1:
+                self._push_hot(node)
 
-    def _remove_running(self, keys: tuple[Key, ...]) -> None:
-        """A request leaves the batch. The keys no other running request holds form a suffix
-        of its chain from level `first_gone`; every waiting request that matched into it now
-        matches to the key just above, so that one key is pushed (see _add_running)."""
-        refs = self._running_refs
-        first_gone = len(keys)
-        for level, key in enumerate(keys):
-            n = refs[key] - 1
-            if n:
-                refs[key] = n
-            else:
-                del refs[key]
-                first_gone = min(first_gone, level)
-                if level == 0:
+    def _remove_running(self, path: list[_Node]) -> None:
+        """A request leaves the batch. The nodes no other running request holds form a suffix
+        of its path; every waiting request that matched into them now matches to the node
+        just above, so that one key is pushed (see _add_running)."""
+        first_gone: _Node | None = None
+        for node in path:
+            r = node.running - 1
+            node.running = r
+            if r == 0:
+                self._running_keys -= node.end - node.start
+                if first_gone is None:
+                    first_gone = node
+                if node.start == 0:
                     self._running_roots -= 1
-        if 0 < first_gone < len(keys) and keys[first_gone - 1] in self._waiting:
-            self._push_hot(keys[first_gone - 1])
+        if first_gone is not None and first_gone.start > 0:
+            above = first_gone.parent
+            if above is not None and above.waiting:
+                self._push_hot(above)
 
 
 def deepest_true(n: int, pred: Callable[[int], bool], lo: int = 0) -> int:
