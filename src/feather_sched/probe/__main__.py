@@ -18,6 +18,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--base-hardware", default=None, help="peak figures (default: by device)")
     p.add_argument("--dtype", default=None)
     p.add_argument("--reps", type=int, default=None)
+    p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--grid", default=None, help="a grid by name (layout.GRIDS)")
     p.add_argument(
         "--kernel",
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         base_hardware=a.base_hardware,
         dtype=a.dtype,
         reps=a.reps,
+        warmup=a.warmup,
         cuda_graph=not a.no_cuda_graph,
         budget_s=a.budget_s,
         grid=a.grid,

@@ -16,8 +16,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -100,11 +100,9 @@ def device_info(device: str) -> dict[str, Any]:
     import torch
 
     info: dict[str, Any] = {"device": device, "torch": torch.__version__}
-    try:
-        import triton
-
-        info["triton"] = triton.__version__
-    except ImportError:
+    try:  # the version only: importing triton here would fix its interpret mode for good
+        info["triton"] = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
         info["triton"] = None
     if device == "cuda":
         p = torch.cuda.get_device_properties(0)
@@ -117,7 +115,11 @@ def device_info(device: str) -> dict[str, Any]:
             cuda=torch.version.cuda,
         )
     else:
-        info.update(name=platform.processor() or "cpu", threads=torch.get_num_threads())
+        info.update(
+            name=machine_info()["cpu"],
+            threads=torch.get_num_threads(),
+            memory_bytes=_meminfo("MemTotal"),
+        )
     return info
 
 
@@ -227,14 +229,19 @@ def _kv_plan(spec: ProbeSpec, model: ModelProfile, elem: int, comps: list[Compos
 
 
 def _available_ram() -> int:
+    return _meminfo("MemAvailable") or 4 << 30
+
+
+def _meminfo(key: str) -> int:
+    """A /proc/meminfo field in bytes (0 when unreadable)."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 4 << 30
+    return 0
 
 
 # --------------------------------------------------------------------------- the run
@@ -429,6 +436,8 @@ def _device_figures(base: HardwareProfile, info: dict[str, Any]) -> HardwareProf
         changes["memory_bytes"] = float(info["memory_bytes"])
         sources["memory_bytes"] = (
             f"torch.cuda.get_device_properties: total_memory of {info['name']}"
+            if info["device"] == "cuda"
+            else "MemTotal of this machine (/proc/meminfo): a CPU's KV cache lives in RAM"
         )
     return base.replace(**changes, sources=sources) if changes else base
 

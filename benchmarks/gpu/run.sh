@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The one prepared command for a lent GPU (H200/H100: torch, triton, numpy already there; no
+# network, nothing installed): `feather probe --device cuda` over the full grid, then the
+# simulator's suite on the measured profile. Under 8 minutes, warm-up included: the probe stops
+# measuring new compositions after PROBE_BUDGET_S (default 300 s) and the whole run is capped.
+#
+#   benchmarks/gpu/run.sh                  # writes into $OUT when set, else benchmarks/gpu/
+#   PROBE_DRY_RUN=1 benchmarks/gpu/run.sh  # the same pipeline on a CPU: the Triton kernel
+#                                          # under TRITON_INTERPRET=1, tiny-llama, smoke grid
+#
+# Writes PROFILE.json (fitted hardware profile), RESULTS.json (rows, fit, homogeneity effect,
+# machine), plot.png (when matplotlib is there), probe.log, and, when the CLI's dependencies
+# (typer, rich, xxhash, matplotlib) are importable, bench.json/bench.png from
+# `feather bench --hardware PROFILE.json`; else run that here afterwards:
+#   feather bench --hardware benchmarks/gpu/PROFILE.json --json ... --plot ...
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DEST="${OUT:-benchmarks/gpu}"
+mkdir -p "$DEST"
+PY="${PYTHON:-python3}"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+BUDGET="${PROBE_BUDGET_S:-300}"
+START=$SECONDS
+exec > >(tee "$DEST/probe.log") 2>&1
+
+echo "== feather probe: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+"$PY" - <<'PYEOF'
+import importlib.util, sys
+need = ["numpy", "torch", "triton"]
+missing = [m for m in need if importlib.util.find_spec(m) is None]
+if missing:
+    sys.exit(f"missing {', '.join(missing)}: the probe needs numpy, torch and triton")
+import numpy, torch, triton
+print(f"python {sys.version.split()[0]}, numpy {numpy.__version__}, torch {torch.__version__} "
+      f"(cuda {torch.version.cuda}), triton {triton.__version__}")
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print(f"device: {p.name}, {p.total_memory / 2**30:.0f} GiB, "
+          f"L2 {getattr(p, 'L2_cache_size', 0) / 2**20:.0f} MiB, {p.multi_processor_count} SMs")
+opt = [m for m in ("flashinfer", "matplotlib", "typer", "rich", "xxhash")
+       if importlib.util.find_spec(m) is None]
+print("optional, absent:", ", ".join(opt) or "none")
+PYEOF
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv || true
+
+if [[ "${PROBE_DRY_RUN:-0}" == "1" ]]; then
+  ARGS=(--device cpu --grid smoke --model tiny-llama --kernel triton-paged --reps 1 --warmup 1)
+  export TRITON_INTERPRET=1
+else
+  ARGS=(--device cuda)
+fi
+timeout 420 "$PY" -m feather_sched.probe "${ARGS[@]}" --budget-s "$BUDGET" \
+  --out "$DEST/PROFILE.json" --json "$DEST/RESULTS.json" --plot "$DEST/plot.png"
+echo "== probe done after $((SECONDS - START)) s"
+
+# The simulator's suite on the measured profile (a CPU job: skipped if the CLI cannot import or
+# too little of the 8 minutes is left; it is the same command here afterwards).
+if "$PY" -c "import typer, rich, xxhash, matplotlib" 2>/dev/null && ((SECONDS - START < 330)); then
+  timeout $((450 - (SECONDS - START))) "$PY" -m feather_sched.cli bench \
+    --hardware "$DEST/PROFILE.json" --json "$DEST/bench.json" --plot "$DEST/bench.png" \
+    || echo "bench did not finish here: run it afterwards (see the header)"
+else
+  echo "bench skipped here: feather bench --hardware $DEST/PROFILE.json (on any machine)"
+fi
+echo "== done after $((SECONDS - START)) s: $(ls "$DEST" | tr '\n' ' ')"
