@@ -3,11 +3,11 @@ Triton kernel under TRITON_INTERPRET=1 (marked `triton`), and a tiny CPU run end
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -151,62 +151,25 @@ def test_probe_rejects_unknown_grid_and_kernel():
 # --------------------------------------------------------------------------- triton
 
 
-def _interpreted_triton_kernel():
-    """The Triton module with its kernel built under TRITON_INTERPRET=1 (runs on CPU tensors),
-    or skip (FEATHER_REQUIRE_TRITON=1 makes a missing triton a failure, for CI)."""
+@pytest.mark.triton
+def test_triton_kernel_matches_reference_interpreted():
+    """The Triton kernel against the reference under TRITON_INTERPRET=1 (Triton's interpreter,
+    CPU tensors), alone over four layouts (one to three splits, GQA, MQA, Llama-3-8B's heads)
+    and inside the decode step. Its own process: triton fixes its interpret mode when first
+    imported. Skips without triton (FEATHER_REQUIRE_TRITON=1 makes that a failure, for CI)."""
     _torch()
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("TRITON_INTERPRET is not 1 (tests/conftest.py sets it unless overridden)")
-    if os.environ.get("FEATHER_REQUIRE_TRITON") == "1":
-        importlib.import_module("triton")
-    else:
+    if os.environ.get("FEATHER_REQUIRE_TRITON") != "1":
         pytest.importorskip("triton", reason="the Triton kernel test needs triton (extra 'probe')")
-    from triton.runtime.interpreter import InterpretedFunction
-
-    from feather_sched.probe import triton_decode
-
-    if not isinstance(triton_decode._paged_decode_kernel, InterpretedFunction):
-        pytest.fail("triton was imported before TRITON_INTERPRET=1 was set (see conftest.py)")
-    return triton_decode
-
-
-@pytest.mark.triton
-@pytest.mark.parametrize(
-    "comp, heads, kv_heads, dim",
-    [
-        (Composition(5, 2, 768, 20), 8, 2, 32),  # two splits of 512 tokens, GQA 4
-        (Composition(3, 1, 32, 5), 4, 4, 64),  # one split, no GQA
-        (Composition(4, 4, 0, 7), 8, 1, 32),  # no prefix, multi-query
-    ],
-)
-def test_triton_kernel_matches_reference_interpreted(comp, heads, kv_heads, dim):
-    torch = _torch()
-    triton_decode = _interpreted_triton_kernel()
-    from feather_sched.probe.attention import reference_paged_decode
-
-    _, q, kc, vc, bt, cl = _random_batch(torch, comp, heads, kv_heads, dim)
-    got = triton_decode.triton_paged_decode(q, kc, vc, bt, cl, dim**-0.5)
-    want = reference_paged_decode(q, kc, vc, bt, cl, dim**-0.5)
-    assert got.shape == want.shape
-    assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
-
-
-@pytest.mark.triton
-def test_triton_kernel_in_the_decode_step_interpreted():
-    """The GPU path's decode step (qkv, cache write, Triton attention, MLP, LM head) on CPU."""
-    torch = _torch()
-    triton_decode = _interpreted_triton_kernel()
-    from feather_sched.probe.attention import reference_paged_decode
-    from feather_sched.probe.decoder import RandomDecoder
-    from feather_sched.sim.cost import load_model
-
-    lay = build_layout(Composition(3, 2, 32, 16), 16)
-    dec = RandomDecoder(load_model("tiny-llama"), "cpu", torch.float32, lay.num_blocks, 2)
-    b = dec.batch(lay)
-    with torch.inference_mode():
-        a = dec.step(b, triton_decode.triton_paged_decode)
-        r = dec.step(b, reference_paged_decode)
-    assert a.shape == (3, 512) and torch.allclose(a, r, atol=1e-4)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, "-m", "feather_sched.probe.selfcheck", "--device", "cpu"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["interpreted"] and len(report["cases"]) == 4
+    for case in report["cases"]:
+        assert case["max_abs_err"] <= case["tol"], case
+    assert report["decode_step_max_abs_err"] <= 1e-4
+    assert report["ok"] and proc.returncode == 0
 
 
 # --------------------------------------------------------------------------- run.sh

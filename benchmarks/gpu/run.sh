@@ -46,9 +46,14 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,clo
 if [[ "${PROBE_DRY_RUN:-0}" == "1" ]]; then
   ARGS=(--device cpu --grid smoke --model tiny-llama --kernel triton-paged --reps 1 --warmup 1)
   export TRITON_INTERPRET=1
+  DEV=cpu
 else
   ARGS=(--device cuda)
+  DEV=cuda
 fi
+# The Triton kernel against the torch reference on this device (fp32 and bf16), before timing.
+timeout 180 "$PY" -m feather_sched.probe.selfcheck --device "$DEV" | tee "$DEST/selfcheck.json" \
+  || echo "== SELFCHECK FAILED (see selfcheck.json): timing the kernel anyway"
 timeout 420 "$PY" -m feather_sched.probe "${ARGS[@]}" --budget-s "$BUDGET" \
   --out "$DEST/PROFILE.json" --json "$DEST/RESULTS.json" --plot "$DEST/plot.png"
 echo "== probe done after $((SECONDS - START)) s"
