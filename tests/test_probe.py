@@ -179,3 +179,22 @@ def test_gpu_run_script_is_executable_and_parses():
     script = ROOT / "benchmarks" / "gpu" / "run.sh"
     assert script.stat().st_mode & stat.S_IXUSR
     subprocess.run(["bash", "-n", str(script)], check=True)
+
+
+def test_probe_entry_point_needs_no_cli_dependencies():
+    """A lent GPU machine has torch, triton and numpy, maybe nothing else: the probe's entry
+    point (`python -m feather_sched.probe`) imports none of typer, rich, xxhash, matplotlib."""
+    code = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] in ('typer', 'rich', 'xxhash', 'matplotlib'):\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import feather_sched.probe.__main__, feather_sched.probe.decoder\n"
+        "import feather_sched.probe.attention, feather_sched.probe.selfcheck\n"
+        "from feather_sched.probe.plot import plot_results\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
