@@ -19,6 +19,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None)
     p.add_argument("--reps", type=int, default=None)
     p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1)")
     p.add_argument("--grid", default=None, help="a grid by name (layout.GRIDS)")
     p.add_argument(
         "--kernel",
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         dtype=a.dtype,
         reps=a.reps,
         warmup=a.warmup,
+        threads=a.threads,
         cuda_graph=not a.no_cuda_graph,
         budget_s=a.budget_s,
         grid=a.grid,

@@ -31,12 +31,18 @@ def reference_paged_decode(q, k_cache, v_cache, block_tables, context_lens, scal
     group = num_heads // num_kv_heads
     out = torch.empty_like(q)
     lens = context_lens.tolist()
+    # One gather buffer reused by every request: fresh large allocations would be new pages
+    # (page faults, zeroing) on every request, and would push the shared blocks out of cache.
+    kbuf = torch.empty((block_tables.shape[1], *k_cache.shape[1:]), dtype=k_cache.dtype)
+    vbuf = torch.empty_like(kbuf)
     for i in range(batch):
         n = int(lens[i])
         nb = -(-n // block_size)
         blocks = block_tables[i, :nb].long()
-        k = k_cache[blocks].reshape(nb * block_size, num_kv_heads, head_dim)[:n].float()
-        v = v_cache[blocks].reshape(nb * block_size, num_kv_heads, head_dim)[:n].float()
+        k = torch.index_select(k_cache, 0, blocks, out=kbuf[:nb])
+        v = torch.index_select(v_cache, 0, blocks, out=vbuf[:nb])
+        k = k.reshape(nb * block_size, num_kv_heads, head_dim)[:n].float()
+        v = v.reshape(nb * block_size, num_kv_heads, head_dim)[:n].float()
         qi = q[i].view(num_kv_heads, group, head_dim).float()
         s = torch.einsum("hgd,nhd->hgn", qi, k) * scale
         p = torch.softmax(s, dim=-1)

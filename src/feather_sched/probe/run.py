@@ -51,7 +51,7 @@ class ProbeSpec:
     warmup: int | None = None
     """Untimed runs before the timed ones; None: 2 on cuda (after graph capture), 1 on cpu."""
     reps: int | None = None
-    """Timed runs per composition (median); None: 5 on cuda, 3 on cpu."""
+    """Timed runs per composition; None: 5."""
     holdout_every: int = 4
     cuda_graph: bool = True
     budget_s: float | None = None
@@ -62,6 +62,10 @@ class ProbeSpec:
     """Attention kernels to time (attention.KERNELS); None: by device."""
     grid: str | None = None
     """A grid of layout.GRIDS by name; None: the device's (quick) grid."""
+    threads: int | None = None
+    """torch CPU threads (--device cpu); None: 1. On a shared 2-core machine torch's two-thread
+    ops wait for the core another process holds: 20x slower here (45 ms vs 950 ms for one
+    attention call), and the step times are mostly that wait."""
     seed: int = 0
     compositions: list[Composition] | None = field(default=None, repr=False)
     """Override the grid (tests)."""
@@ -70,7 +74,7 @@ class ProbeSpec:
         return self.model or DEFAULT_MODEL[self.device]
 
     def resolved_reps(self) -> int:
-        return self.reps or (5 if self.device == "cuda" else 3)
+        return self.reps or 5
 
     def resolved_warmup(self) -> int:
         return self.warmup if self.warmup is not None else (2 if self.device == "cuda" else 1)
@@ -266,6 +270,8 @@ def run_probe(
         raise RuntimeError("--device cuda: torch sees no CUDA device")
     t_start = time.perf_counter()
     torch.manual_seed(spec.seed)
+    if spec.device == "cpu":
+        torch.set_num_threads(spec.threads or 1)
     info = device_info(spec.device)
     dtype = _torch_dtype(spec)
     elem = torch.empty((), dtype=dtype).element_size()
