@@ -198,3 +198,15 @@ def test_probe_entry_point_needs_no_cli_dependencies():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_cli_probe_command_reports_bad_input():
+    """`feather probe` is one thin command; a bad device is an error with exit status 2."""
+    _torch()
+    from typer.testing import CliRunner
+
+    from feather_sched.cli import app
+
+    result = CliRunner().invoke(app, ["probe", "--device", "tpu"])
+    assert result.exit_code == 2
+    assert "--device must be cuda or cpu" in result.output

@@ -82,7 +82,7 @@ GRIDS: dict[str, Grid] = {
     "cpu": Grid((1, 4, 16, 32, 64), (512, 2048, 4096), 16, (1, 2, 4, 8)),
     "cpu-quick": Grid((1, 4, 16), (512, 2048), 16, (1, 4)),
     # A dry run of the whole pipeline in seconds (tiny-llama; the Triton kernel interpreted).
-    "smoke": Grid((1, 4, 8), (32, 64), 16, (1, 2)),
+    "smoke": Grid((1, 4), (32, 64), 16, (1, 2)),
 }
 
 
