@@ -44,7 +44,7 @@ PYEOF
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv || true
 
 if [[ "${PROBE_DRY_RUN:-0}" == "1" ]]; then
-  ARGS=(--device cpu --grid smoke --model tiny-llama --kernel triton-paged --reps 1 --warmup 1)
+  ARGS=(--device cpu --grid smoke --model tiny-llama --kernel triton-paged --reps 1 --warmup 0)
   export TRITON_INTERPRET=1
   DEV=cpu
 else
