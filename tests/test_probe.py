@@ -210,3 +210,23 @@ def test_cli_probe_command_reports_bad_input():
     result = CliRunner().invoke(app, ["probe", "--device", "tpu"])
     assert result.exit_code == 2
     assert "--device must be cuda or cpu" in result.output
+
+
+def test_probe_goes_on_past_a_failing_composition(tmp_path, monkeypatch):
+    """A composition whose kernel fails (out of memory, say) is listed, the rest measured."""
+    _torch()
+    from feather_sched.probe import attention
+    from feather_sched.probe.run import ProbeSpec, run_probe
+
+    def flaky(q, *args, **kwargs):
+        if q.shape[0] == 3:
+            raise RuntimeError("out of memory (simulated)")
+        return attention.reference_paged_decode(q, *args, **kwargs)
+
+    monkeypatch.setattr(attention, "kernels", lambda device, names=None: {"flaky": flaky})
+    comps = [Composition(b, 1, 32, 16) for b in (1, 2, 3, 4, 5)]
+    spec = ProbeSpec(device="cpu", model="tiny-llama", reps=1, warmup=0, compositions=comps)
+    report = run_probe(spec, None, tmp_path / "R.json", None, log=lambda _s: None)
+    assert [r["batch"] for r in report["rows"]] == [1, 2, 4, 5]
+    assert len(report["config"]["failed"]) == 1 and "B3-G1" in report["config"]["failed"][0]
+    assert not (tmp_path / "R.json.partial").exists()

@@ -298,6 +298,7 @@ def run_probe(
     shapes = {}
     notes: set[str] = set()
     stopped_at = None
+    failed: list[str] = []
     with torch.inference_mode():
         for kname, attn in kerns.items():
             graph_ok = spec.cuda_graph and getattr(attn, "graph_safe", True)
@@ -313,20 +314,29 @@ def run_probe(
                 q = decoder.query(b)
                 if getattr(attn, "needs_plan", False):
                     attn.plan(q, decoder.pools[0][0], b.block_tables, b.context_lens, decoder.scale)
-                step_t, graphed, note = _time(
-                    lambda b=b, attn=attn: decoder.step(b, attn),
-                    spec.device,
-                    warmup,
-                    reps,
-                    graph_ok,
-                )
-                attn_t, _, note2 = _time(
-                    lambda b=b, attn=attn, q=q: decoder.attention_only(b, attn, q),
-                    spec.device,
-                    warmup,
-                    reps,
-                    graph_ok,
-                )
+                try:
+                    step_t, graphed, note = _time(
+                        lambda b=b, attn=attn: decoder.step(b, attn),
+                        spec.device,
+                        warmup,
+                        reps,
+                        graph_ok,
+                    )
+                    attn_t, _, note2 = _time(
+                        lambda b=b, attn=attn, q=q: decoder.attention_only(b, attn, q),
+                        spec.device,
+                        warmup,
+                        reps,
+                        graph_ok,
+                    )
+                except RuntimeError as err:  # out of memory, a kernel failing: go on without it
+                    failed.append(f"{kname} {comp.label}: {type(err).__name__}: {err}"[:500])
+                    log(f"failed: {failed[-1]}")
+                    del b, q
+                    if spec.device == "cuda":
+                        torch.cuda.synchronize()
+                        torch.cuda.empty_cache()
+                    continue
                 notes.update(n for n in (note, note2) if n)
                 step_s, attn_s = _stat(step_t, how), _stat(attn_t, how)
                 shape = shapes[comp.label]
@@ -353,7 +363,13 @@ def run_probe(
                 del b, q
                 if spec.device == "cuda":
                     torch.cuda.empty_cache()
+                if json_out is not None:  # what is measured so far survives a killed run
+                    write_json(Path(f"{json_out}.partial"), {"device": info, "rows": rows})
     measured_s = time.perf_counter() - t_start
+    if len({r["composition"] for r in rows if r["kernel"] == next(iter(kerns))}) < 3:
+        raise RuntimeError(
+            f"only {len(rows)} composition(s) measured, too few to fit; failures: {failed}"
+        )
     fitted = _fit(spec, info, cost_model, rows, shapes, next(iter(kerns)))
     report = {
         "machine": machine_info(),
@@ -373,6 +389,7 @@ def run_probe(
             "fitted_kernel": next(iter(kerns)),
             "skipped_compositions": skipped,
             "stopped_before": stopped_at,
+            "failed": failed,
             "notes": sorted(notes),
             "measure_s": round(measured_s, 1),
         },
@@ -384,6 +401,7 @@ def run_probe(
         report["profile_path"] = str(out)
     if json_out is not None:
         write_json(json_out, report)
+        Path(f"{json_out}.partial").unlink(missing_ok=True)
     if plot is not None:
         from feather_sched.probe.plot import plot_results
 
