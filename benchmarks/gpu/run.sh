@@ -9,9 +9,9 @@
 #                                          # under TRITON_INTERPRET=1, tiny-llama, smoke grid
 #
 # Writes PROFILE.json (fitted hardware profile), RESULTS.json (rows, fit, homogeneity effect,
-# machine), plot.png (when matplotlib is there), probe.log, and, when the CLI's dependencies
-# (typer, rich, xxhash, matplotlib) are importable, bench.json/bench.png from
-# `feather bench --hardware PROFILE.json`; else run that here afterwards:
+# machine), plot.png (when matplotlib is there), selfcheck.json and probe.log; with
+# PROBE_BENCH=1 (and typer, rich, xxhash, matplotlib importable) also bench.json/bench.png from
+# `feather bench --hardware PROFILE.json`, which otherwise runs afterwards on any machine:
 #   feather bench --hardware benchmarks/gpu/PROFILE.json --json ... --plot ...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -58,13 +58,15 @@ timeout 420 "$PY" -m feather_sched.probe "${ARGS[@]}" --budget-s "$BUDGET" \
   --out "$DEST/PROFILE.json" --json "$DEST/RESULTS.json" --plot "$DEST/plot.png"
 echo "== probe done after $((SECONDS - START)) s"
 
-# The simulator's suite on the measured profile (a CPU job: skipped if the CLI cannot import or
-# too little of the 8 minutes is left; it is the same command here afterwards).
-if "$PY" -c "import typer, rich, xxhash, matplotlib" 2>/dev/null && ((SECONDS - START < 330)); then
+# The simulator's suite on the measured profile is a CPU job (minutes): by default it is left
+# for afterwards on any machine, so the GPU lease is not spent on it; PROBE_BENCH=1 runs it here
+# when the CLI's dependencies import and enough of the 8 minutes is left.
+if [[ "${PROBE_BENCH:-0}" == "1" ]] && "$PY" -c "import typer, rich, xxhash, matplotlib" 2>/dev/null \
+  && ((SECONDS - START < 330)); then
   timeout $((450 - (SECONDS - START))) "$PY" -m feather_sched.cli bench \
     --hardware "$DEST/PROFILE.json" --json "$DEST/bench.json" --plot "$DEST/bench.png" \
     || echo "bench did not finish here: run it afterwards (see the header)"
 else
-  echo "bench skipped here: feather bench --hardware $DEST/PROFILE.json (on any machine)"
+  echo "bench not run here: feather bench --hardware $DEST/PROFILE.json (on any machine)"
 fi
 echo "== done after $((SECONDS - START)) s: $(ls "$DEST" | tr '\n' ' ')"
