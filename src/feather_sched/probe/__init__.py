@@ -12,7 +12,9 @@ prefix blocks. This package builds both from a model profile's shapes with rando
   do); `flashinfer_decode`: FlashInfer's batch decode, only when it is importable.
 - `decoder`: random-weight decode step (every layer's matrix products + attention).
 - `run`: times the grid, fits the hardware profile with `bench.calibrate_fit`, reports
-  held-out MAPE, writes PROFILE.json / RESULTS.json and a plot.
+  held-out MAPE, writes PROFILE.json / RESULTS.json and a plot (`plot`).
+- `selfcheck`: the Triton kernel against the reference (on CPU under TRITON_INTERPRET=1, in its
+  own process; on the GPU before timing).
 
 Only numpy and torch (and triton on a GPU) are imported, so `python -m feather_sched.probe`
 runs on a machine that has nothing else (benchmarks/gpu/run.sh).
