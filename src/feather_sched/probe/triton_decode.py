@@ -63,7 +63,11 @@ def _paged_decode_kernel(
     t = tl.arange(0, BLOCK_SIZE)
     gmask = g < GROUP
     heads = kvh * GROUP + g
-    q = tl.load(Q + seq * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=gmask[:, None])
+    q = tl.load(
+        Q + seq * stride_qb + heads[:, None] * stride_qh + d[None, :],
+        mask=gmask[:, None],
+        other=0.0,
+    )
     q = q.to(tl.float32) * scale
 
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
