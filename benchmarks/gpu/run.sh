@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one prepared command for a lent GPU (H200/H100: torch, triton, numpy already there; no
-# network, nothing installed): `feather probe --device cuda` over the full grid, then the
-# simulator's suite on the measured profile. Under 8 minutes, warm-up included: the probe stops
-# measuring new compositions after PROBE_BUDGET_S (default 300 s) and the whole run is capped.
+# network, nothing installed): the Triton kernel checked against the torch reference on the
+# device, then `feather probe --device cuda` over the full grid. Under 8 minutes, warm-up
+# included: the probe stops starting new compositions after PROBE_BUDGET_S (default 300 s, less
+# if the start took long) and everything is killed 450 s after the start.
 #
 #   benchmarks/gpu/run.sh                  # writes into $OUT when set, else benchmarks/gpu/
 #   PROBE_DRY_RUN=1 benchmarks/gpu/run.sh  # the same pipeline on a CPU: the Triton kernel
@@ -54,8 +55,11 @@ fi
 # The Triton kernel against the torch reference on this device (fp32 and bf16), before timing.
 timeout 180 "$PY" -m feather_sched.probe.selfcheck --device "$DEV" | tee "$DEST/selfcheck.json" \
   || echo "== SELFCHECK FAILED (see selfcheck.json): timing the kernel anyway"
-timeout 420 "$PY" -m feather_sched.probe "${ARGS[@]}" --budget-s "$BUDGET" \
-  --out "$DEST/PROFILE.json" --json "$DEST/RESULTS.json" --plot "$DEST/plot.png"
+LEFT=$((450 - (SECONDS - START)))
+((BUDGET > LEFT - 90)) && BUDGET=$((LEFT - 90))  # leave time for the last composition and the fit
+timeout "$LEFT" "$PY" -m feather_sched.probe "${ARGS[@]}" --budget-s "$BUDGET" \
+  --out "$DEST/PROFILE.json" --json "$DEST/RESULTS.json" --plot "$DEST/plot.png" \
+  || { echo "== probe failed (rc $?): what it measured is in $DEST/RESULTS.json.partial"; exit 1; }
 echo "== probe done after $((SECONDS - START)) s"
 
 # The simulator's suite on the measured profile is a CPU job (minutes): by default it is left
