@@ -465,6 +465,38 @@ def _end_to_end_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
+@app.command("probe")
+def probe_cmd(
+    device: Annotated[
+        str, typer.Option(help="cuda (Triton kernel) or cpu (torch reference).")
+    ] = "cuda",
+    quick: Annotated[bool, typer.Option(help="The small grid (a smoke run).")] = False,
+    model: Annotated[
+        str | None, typer.Option(help="Model profile; default llama-3-8b (cuda), kv-bound (cpu).")
+    ] = None,
+    base_hardware: Annotated[
+        str | None, typer.Option(help="Profile whose peak figures are kept; default by device.")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Fitted hardware profile.")] = Path(
+        "feather-probe-profile.json"
+    ),
+    json_out: Annotated[Path, typer.Option("--json", help="Results.")] = Path("feather-probe.json"),
+    plot: Annotated[Path, typer.Option("--plot", help="PNG plot.")] = Path("feather-probe.png"),
+) -> None:
+    """Time decode steps of random weights on real kernels (no engine), fit the hardware
+    profile, report held-out MAPE (feather_sched.probe; benchmarks/gpu/run.sh on a GPU)."""
+    from feather_sched.probe.run import ProbeSpec, run_probe, summary_lines
+
+    spec = ProbeSpec(device=device, model=model, quick=quick, base_hardware=base_hardware)
+    try:
+        report = run_probe(spec, out, json_out, plot, log=lambda s: console.print(escape(s)))
+    except (ValueError, RuntimeError, ImportError) as err:
+        _fail(err)
+    for line in summary_lines(report):
+        console.print(escape(line))
+    console.print(f"wrote {out}, {json_out}" + (f", {plot}" if report.get("plot") else ""))
+
+
 @app.command("index-bench")
 def index_bench(
     queues: Annotated[
