@@ -604,9 +604,8 @@ def test_hrrn_matches_sglang_sort() -> None:
     """The same queue through SGLang 0.5.23's own `_sort_by_hrrn` (when SGLang is here)."""
     from types import SimpleNamespace
 
-    from feather_sched.policies.sglang_baselines import HRRNPolicy
-
     from feather_sched.integrations.sglang_cpu import prepare_cpu_import
+    from feather_sched.policies.sglang_baselines import HRRNPolicy
 
     if importlib.util.find_spec("sglang") is None:
         pytest.skip("SGLang is not installed (see the 'sglang' extra in pyproject.toml)")

@@ -26,6 +26,7 @@ from feather_sched.bench.suite import DEFAULT_POLICIES, BenchSpec
 from feather_sched.bench.vllm_engine import KvScenario, VllmBenchSpec
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost import StepCostModel
+from feather_sched.sim.result import SLO
 
 app = typer.Typer(
     help="Feather: prefix-homogeneity-aware scheduling for LLM serving.",
@@ -128,6 +129,41 @@ _DropOverlong = Annotated[
 ]
 
 
+_Arrival = Annotated[
+    str | None,
+    typer.Option(
+        help="Arrival process of generated workloads: all, poisson:RATE (requests/s) or "
+        "bursts:SIZE:INTERVAL. Default: each workload's own (all at once). Not for traces.",
+    ),
+]
+_RateScale = Annotated[
+    float | None,
+    typer.Option(
+        help="Multiply the request rate (arrival times divided by it), e.g. 10 replays a "
+        "trace 10x faster.",
+    ),
+]
+_Limit = Annotated[
+    int | None,
+    typer.Option(help="Keep each workload's first N requests (by arrival)."),
+]
+_SloTtft = Annotated[
+    float | None,
+    typer.Option(help="SLO on time to first token, seconds (goodput counts requests within)."),
+]
+_SloTpot = Annotated[
+    float | None,
+    typer.Option(help="SLO on time per output token, seconds (goodput counts requests within)."),
+]
+_StepsOut = Annotated[
+    Path | None,
+    typer.Option(
+        help="Write the step log (JSONL): one line per step with batch, prefix groups, "
+        "admitted ids and every ADD/STOP with its features.",
+    ),
+]
+
+
 def _names(items: Sequence[str] | None) -> list[str]:
     """Names from an option that may be repeated and comma-separated; blanks dropped."""
     return [w.strip() for item in (items or []) for w in item.split(",") if w.strip()]
@@ -152,6 +188,16 @@ def _fail(err: Exception) -> NoReturn:
     raise typer.Exit(2) from None
 
 
+def _optional_names(text: str | None, option: str) -> list[str] | None:
+    """Names of a comma-separated option; None when not given; an error when given empty."""
+    if text is None:
+        return None
+    names = _names([text])
+    if not names:
+        _fail(ValueError(f"{option} {text!r} names nothing; give at least one name"))
+    return names
+
+
 @app.command("bench")
 def bench(
     workload: _BenchWorkloads = None,
@@ -159,7 +205,7 @@ def bench(
     hardware: _Hardware = "h100",
     model: _BenchModel = None,
     kernel: _Kernel = "paged",
-    seed: Annotated[int, typer.Option(help="Workload seed.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Workload seed.")] = 0,
     max_num_seqs: _BenchMaxNumSeqs = None,
     max_batched_tokens: _MaxBatchedTokens = 8192,
     num_kv_blocks: _KvBlocks = None,
@@ -171,12 +217,31 @@ def bench(
     repeats: _BenchRepeats = 3,
     async_scheduling: _AsyncScheduling = False,
     drop_overlong: _DropOverlong = False,
+    arrival: _Arrival = None,
+    rate_scale: _RateScale = None,
+    limit: _Limit = None,
+    slo_ttft: _SloTtft = None,
+    slo_tpot: _SloTpot = None,
+    steps_out: _StepsOut = None,
 ) -> None:
     """Run every policy on every workload (simulated, or on vLLM); table, JSON and a plot."""
+    workloads = _optional_names(",".join(workload), "--workload") if workload else None
+    policy_list = _optional_names(policies, "--policies")
     if engine == "vllm":
+        sim_only = {
+            "--arrival": arrival,
+            "--rate-scale": rate_scale,
+            "--limit": limit,
+            "--slo-ttft": slo_ttft,
+            "--slo-tpot": slo_tpot,
+            "--steps-out": steps_out,
+        }
+        given = [k for k, v in sim_only.items() if v is not None]
+        if given:
+            _fail(ValueError(f"{', '.join(given)}: simulator only for now (drop --engine vllm)"))
         vllm_spec = VllmBenchSpec(
-            workloads=_names(workload) or None,
-            policies=_names([policies or ""]) or _default_vllm_policies(),
+            workloads=workloads,
+            policies=policy_list or _default_vllm_policies(),
             model=model,
             scenarios=_kv_scenarios(num_kv_blocks),
             max_num_seqs=max_num_seqs or VllmBenchSpec.max_num_seqs,
@@ -193,8 +258,8 @@ def bench(
         raise typer.BadParameter(f"expected sim or vllm, got {engine!r}", param_hint="--engine")
     try:
         spec = BenchSpec(
-            workloads=_names(workload) or list(BenchSpec.workloads),
-            policies=_names([policies or ",".join(DEFAULT_POLICIES)]),
+            workloads=workloads or list(BenchSpec.workloads),
+            policies=policy_list or list(DEFAULT_POLICIES),
             hardware=hardware,
             model=model or BenchSpec.model,  # one default, the spec's
             kernel=kernel,
@@ -208,6 +273,11 @@ def bench(
             policy_state=policy_state,
             feather_hardware=feather_hardware,
             drop_overlong=drop_overlong,
+            arrival=arrival,
+            rate_scale=rate_scale,
+            limit=limit,
+            slo=SLO(slo_ttft, slo_tpot),
+            steps_out=steps_out,
         )
     except ValueError as err:
         _fail(err)
@@ -215,60 +285,15 @@ def bench(
 
 
 def _bench_sim(spec: BenchSpec, json_out: Path, plot: Path) -> None:
-    """`feather bench` (the simulator): every (workload, policy) with a progress bar."""
+    """`feather bench` (the simulator): everything checked, then the runs with rows printed
+    as each workload finishes; the JSON is written first, then the plot."""
+    from feather_sched.bench.runner import SimBench
+
     try:
-        spec.validate()
-        StepCostModel(spec.hardware, spec.model, spec.kernel)  # fail fast on bad profiles
-    except ValueError as err:
+        sim = SimBench.prepare(spec, json_out, plot)
+    except (ValueError, OSError, KeyError) as err:
         _fail(err)
-    rows = _simulate_with_progress(spec)
-    title = f"feather bench: {spec.hardware} + {spec.model}, {spec.kernel} kernel, seed {spec.seed}"
-    _report_bench(rows, title, _sim_config(spec), json_out, plot)
-
-
-def _simulate_with_progress(spec: BenchSpec) -> list[dict]:
-    """The sim bench's rows; a bar counts the runs (an oracle's sweep counts each cap)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    from feather_sched.bench.suite import run_bench
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("simulating", total=spec.total_runs())
-
-        def tick(label: str) -> None:
-            progress.update(task, advance=1, description=label)
-
-        try:
-            return run_bench(spec, on_progress=tick)
-        except (ValueError, FileNotFoundError) as err:
-            progress.stop()
-            _fail(err)
-
-
-def _sim_config(spec: BenchSpec) -> dict[str, Any]:
-    """The sim record's config: the options as given (`max_num_seqs` None when each workload
-    keeps its own), so a record says what was asked, not only what ran."""
-    engine = spec.engine
-    asked_seqs = engine.max_num_seqs if "max_num_seqs" in spec.engine_overrides else None
-    return {
-        "hardware": spec.hardware,
-        "model": spec.model,
-        "kernel": spec.kernel,
-        "seed": spec.seed,
-        "drop_overlong": spec.drop_overlong,
-        "engine": {
-            "max_num_seqs": asked_seqs,
-            "max_num_batched_tokens": engine.max_num_batched_tokens,
-            "num_kv_blocks": engine.num_kv_blocks,
-        },
-    }
+    raise typer.Exit(sim.run())
 
 
 def _default_vllm_policies() -> list[str]:
@@ -288,13 +313,16 @@ def _kv_scenarios(num_kv_blocks: int | None) -> tuple[KvScenario, ...] | None:
 
 def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
     """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
+    from feather_sched.bench.output import check_output_path, check_plot_path
     from feather_sched.bench.vllm_engine import run_vllm_bench
 
     try:
+        check_output_path(json_out, "--json")
+        check_plot_path(plot)
         spec.validate()
-        with console.status("vllm bench") as status:
+        with err_console.status("vllm bench") as status:
             rows = run_vllm_bench(spec, on_progress=lambda label: status.update(label))
-    except (ValueError, RuntimeError, FileNotFoundError) as err:
+    except (ValueError, RuntimeError, OSError) as err:
         _fail(err)
     mode = ", async scheduling" if spec.async_scheduling else ""
     model = spec.model or "tiny-llama"
@@ -305,12 +333,16 @@ def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
 def _report_bench(
     rows: list[dict], title: str, config: dict[str, Any], json_out: Path, plot: Path
 ) -> None:
-    """A bench's report, either engine: the table, the JSON record, the plot."""
+    """The real-engine bench's report: the table, the JSON record (first), the plot."""
     from feather_sched.bench.report import plot_results, results_table
+    from feather_sched.bench.runner import config_provenance
 
     console.print(results_table(rows, title))
-    write_record(json_out, config=config, rows=rows)
-    plot_results(rows, plot, title)
+    write_record(json_out, config={**config_provenance(), **config}, rows=rows)
+    try:
+        plot_results(rows, plot, title)
+    except Exception as err:  # the rows are saved; a plot failure only loses the plot
+        _fail(RuntimeError(f"rows saved to {json_out}, but the plot failed: {err}"))
     console.print(f"wrote {json_out} and {plot}")
 
 

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from feather_sched.bench.context import fit_context
 from feather_sched.bench.oracle import default_caps, oracle_sweep
 from feather_sched.bench.report import add_relative
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.registry import make_policy, policy_names
+from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.sim.engine import simulate
-from feather_sched.workloads.presets import PRESETS, Preset, build_workload
+from feather_sched.sim.result import SLO
+from feather_sched.workloads.arrivals import parse_arrival
+from feather_sched.workloads.presets import PRESETS, Preset
+from feather_sched.workloads.presets import build_workload as build_workload
+from feather_sched.workloads.registry import TRACE_PREFIX, make_workload
 
 SUITE: dict[str, Preset] = PRESETS["sim"]
 """The built-in suite: its workloads by name (`workloads.presets`, scale "sim")."""
@@ -33,6 +40,13 @@ DEFAULT_POLICIES = [
     "oracle",
 ]
 BASELINE = "fcfs"
+BOUNDS = frozenset({"oracle", "max-homogeneous"})
+"""Rows that are references, not deployable policies (plots draw them apart)."""
+MAX_ARRIVAL_SPAN_S = 30 * 24 * 3600.0
+"""A workload whose arrivals span more than this (30 days) is refused: almost surely a
+timestamp in the wrong unit, and its throughput would read as 0."""
+MAX_KV_BLOCKS = 1 << 22
+"""Most KV blocks the simulator is asked to manage (it keeps state per block)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +69,17 @@ class BenchSpec:
     drop_overlong: bool = False
     """Drop requests longer than the model's context (counted in the row) instead of
     refusing the run (`bench.context`)."""
+    arrival: str | None = None
+    """Arrival process of the generated workloads (`all`, `poisson:RATE`,
+    `bursts:SIZE:INTERVAL`); None keeps each workload's own. Not for traces."""
+    rate_scale: float | None = None
+    """Multiplies the request rate: every arrival time is divided by it."""
+    limit: int | None = None
+    """Keep only each workload's first `limit` requests (by arrival)."""
+    slo: SLO = field(default_factory=SLO)
+    """Goodput counts the requests that meet it."""
+    steps_out: Path | None = None
+    """A JSONL step log (`bench.steplog`): one line per simulated step of every run."""
 
     def feather_options(self) -> dict:
         hw = self.feather_hardware or self.hardware
@@ -63,14 +88,40 @@ class BenchSpec:
         return {"hardware": hw, "model": self.model, "kernel": self.kernel}
 
     def validate(self) -> None:
+        """Every option checked before anything runs; a ValueError names the bad value."""
         known = {*policy_names(), "oracle"}
         bad = [p for p in self.policies if p not in known]
         if bad:
             raise ValueError(f"unknown policies {bad}; valid: {', '.join(sorted(known))}")
         if not self.policies:
-            raise ValueError("no policies to run")
+            raise ValueError(f"no policies to run; valid: {', '.join(sorted(known))}")
+        dup = sorted({p for p in self.policies if list(self.policies).count(p) > 1})
+        if dup:
+            raise ValueError(f"policies named twice: {', '.join(dup)}")
         if not self.workloads:
             raise ValueError("no workloads to run")
+        if self.arrival is not None:
+            parse_arrival(self.arrival)
+            traces = [w for w in self.workloads if w.startswith(TRACE_PREFIX)]
+            if traces:
+                raise ValueError(
+                    f"--arrival {self.arrival!r} applies to generated workloads, not to "
+                    f"{traces[0]!r} (a trace keeps its own timestamps; use --rate-scale)"
+                )
+        if self.rate_scale is not None and not (
+            math.isfinite(self.rate_scale) and self.rate_scale > 0
+        ):
+            raise ValueError(f"--rate-scale must be a finite number > 0, got {self.rate_scale}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"--limit must be an integer >= 1, got {self.limit}")
+        for name, value in (("--slo-ttft", self.slo.ttft_s), ("--slo-tpot", self.slo.tpot_s)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number of seconds > 0, got {value}")
+        blocks = self.engine.num_kv_blocks
+        if blocks is not None and not (1 <= blocks <= MAX_KV_BLOCKS):
+            raise ValueError(
+                f"--num-kv-blocks must be between 1 and {MAX_KV_BLOCKS:,}, got {blocks:,}"
+            )
 
     def engine_for(self, workload: str) -> EngineConfig:
         """The engine settings for one workload: the suite's needs, then explicit options."""
@@ -89,54 +140,217 @@ class BenchSpec:
         return n
 
 
+def _params(workload: Any) -> dict[str, Any]:
+    """A workload's every parameter, as JSON values (arrival as its spec string)."""
+    out: dict[str, Any] = {"generator": type(workload).__name__}
+    for f in dataclasses.fields(workload):
+        value = getattr(workload, f.name)
+        if hasattr(value, "spec") and not isinstance(value, (str, int, float)):
+            value = value.spec
+        elif isinstance(value, Path):
+            value = str(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[f.name] = value
+    return out
+
+
+def build_bench_workload(
+    name: str, spec: BenchSpec, apply_limit: bool = True
+) -> tuple[list[Request], dict[str, Any]]:
+    """A bench workload's requests (arrival, rate scale and, unless told not to, limit
+    applied) and every parameter it was built with. Names: the suite's (`SUITE`), any
+    generator, `trace:PATH`."""
+    limit = spec.limit if apply_limit else None
+    preset = SUITE.get(name)
+    base, overrides = (preset.base, dict(preset.overrides)) if preset else (name, {})
+    if spec.arrival is not None and not name.startswith(TRACE_PREFIX):
+        overrides["arrival"] = parse_arrival(spec.arrival)
+        try:
+            workload = make_workload(base, **overrides)
+        except ValueError as err:
+            if "no field(s) arrival" not in str(err):
+                raise
+            raise ValueError(
+                f"workload {name!r} has no arrival process to set (--arrival {spec.arrival})"
+            ) from None
+    elif name.startswith(TRACE_PREFIX) and limit is not None:
+        workload = make_workload(base, limit=limit, **overrides)
+    else:
+        workload = make_workload(base, **overrides)
+    requests = sorted(workload.generate(spec.seed), key=lambda r: r.arrival_time)
+    if limit is not None:
+        requests = requests[:limit]
+    if spec.rate_scale is not None and spec.rate_scale != 1:
+        t0 = requests[0].arrival_time if requests else 0.0
+        requests = [
+            dataclasses.replace(r, arrival_time=t0 + (r.arrival_time - t0) / spec.rate_scale)
+            for r in requests
+        ]
+    params = {
+        **_params(workload),
+        "limit": spec.limit,
+        "rate_scale": spec.rate_scale,
+        "requests": len(requests),
+    }
+    return requests, params
+
+
+def check_requests(name: str, requests: Sequence[Request], kv_blocks: int, block_size: int) -> None:
+    """Inputs the simulator cannot give a meaningful result for, refused before any run:
+    no requests, arrivals that are not finite or span more than `MAX_ARRIVAL_SPAN_S`, and a
+    request whose prompt + output cannot fit the KV cache even alone."""
+    if not requests:
+        raise ValueError(f"workload {name!r} has no requests (an empty trace, or --limit 0?)")
+    times = [r.arrival_time for r in requests]
+    if not all(math.isfinite(t) and t >= 0 for t in times):
+        bad = next(t for t in times if not (math.isfinite(t) and t >= 0))
+        raise ValueError(f"workload {name!r}: arrival time {bad} is not a finite time >= 0")
+    span = max(times) - min(times)
+    if span > MAX_ARRIVAL_SPAN_S:
+        raise ValueError(
+            f"workload {name!r}: arrivals span {span:,.0f} s ({span / 86400:,.0f} days), over "
+            f"the {MAX_ARRIVAL_SPAN_S / 86400:.0f}-day limit; are the timestamps in the "
+            "right unit (Mooncake: milliseconds; feather JSONL: seconds)? --rate-scale "
+            "compresses them"
+        )
+    worst = max(requests, key=lambda r: r.prompt_len + r.output_len)
+    need = -(-(worst.prompt_len + worst.output_len) // block_size)
+    if need > kv_blocks:
+        raise ValueError(
+            f"workload {name!r}: request {worst.request_id!r} needs {need:,} KV blocks "
+            f"({worst.prompt_len:,} prompt + {worst.output_len:,} output tokens, "
+            f"{block_size} per block) but the KV cache has {kv_blocks:,}; raise "
+            "--num-kv-blocks (or leave it unset: sized from the hardware memory), or use "
+            "--limit / a smaller model"
+        )
+
+
+def _first_closed(requests: list[Request], n: int) -> list[Request]:
+    """The first n requests by arrival (a later turn never precedes its parent, so no
+    dependency is cut)."""
+    return sorted(requests, key=lambda r: r.arrival_time)[:n]
+
+
+@dataclass
+class PreparedWorkload:
+    requests: list[Request]
+    dropped: int
+    params: dict[str, Any]
+
+
+def prepare_workloads(spec: BenchSpec, cost: StepCostModel) -> dict[str, PreparedWorkload]:
+    """Every workload built and checked before any run starts (all errors up front)."""
+    spec.validate()
+    limit = cost.model.max_context_tokens
+    prepared: dict[str, PreparedWorkload] = {}
+    for wname in spec.workloads:
+        # With --drop-overlong, --limit counts the requests kept: the first N that fit.
+        original, params = build_bench_workload(wname, spec, apply_limit=not spec.drop_overlong)
+        requests, dropped = fit_context(
+            original, limit, spec.drop_overlong, f"{wname} on {spec.model}"
+        )
+        if spec.drop_overlong and spec.limit is not None and len(requests) > spec.limit:
+            kept = _first_closed(requests, spec.limit)
+            last = kept[-1].arrival_time
+            # dropped counts the overlong ones among the first requests, as if cut first
+            window = sum(1 for r in original if r.arrival_time <= last)
+            requests, dropped = kept, max(0, window - len(kept))
+            params["requests"] = len(requests)
+        engine = spec.engine_for(wname)
+        check_requests(
+            wname, requests, engine.kv_blocks(cost.hardware, cost.model), engine.block_size
+        )
+        params["max_num_seqs"] = engine.max_num_seqs
+        prepared[wname] = PreparedWorkload(requests, dropped, params)
+    return prepared
+
+
 def run_bench(
     spec: BenchSpec,
     on_progress: Callable[[str], None] | None = None,
+    on_rows: Callable[[list[dict]], None] | None = None,
+    on_sim: Callable[[str, int, int], None] | None = None,
+    prepared: dict[str, PreparedWorkload] | None = None,
+    rows: list[dict] | None = None,
 ) -> list[dict]:
-    """Simulate every (workload, policy) pair; one summary row each."""
-    spec.validate()
+    """Simulate every (workload, policy) pair; one summary row each.
+
+    `on_rows` gets each workload's rows as soon as they are done (with `vs_fcfs`);
+    `on_sim(label, finished, total)` reports inside a run; `rows`, when given, is filled
+    in place, so a caller keeps the finished rows if the bench is interrupted.
+    """
     cost = StepCostModel(spec.hardware, spec.model, spec.kernel)
+    workloads = prepared if prepared is not None else prepare_workloads(spec, cost)
     tick = on_progress or (lambda _label: None)
-    rows: list[dict] = []
+    rows = rows if rows is not None else []
     shared_feather = None
     if spec.policy_state is not None and "feather" in spec.policies:
         warm = spec.policy_state.is_file()
         shared_feather = FeatherPolicy(
             policy_state=spec.policy_state if warm else None, **spec.feather_options()
         )
-    limit = cost.model.max_context_tokens
-    workloads = {}
-    for wname in spec.workloads:  # all checked before any run starts
-        requests = build_workload(wname).generate(spec.seed)
-        workloads[wname] = fit_context(
-            requests, limit, spec.drop_overlong, f"{wname} on {spec.model}"
-        )
-    for wname, (requests, dropped) in workloads.items():
-        engine = spec.engine_for(wname)
-        for pname in spec.policies:
-            label = f"{wname} / {pname}"
-            if pname == "oracle":
-                result = oracle_sweep(
-                    requests,
-                    cost,
-                    engine,
-                    on_run=lambda cap, _r, label=label: tick(f"{label} (cap {cap})"),
-                )
-            else:
-                if pname == "feather":
-                    policy = shared_feather or make_policy(pname, **spec.feather_options())
-                else:
-                    policy = make_policy(pname)
-                result = simulate(requests, policy, cost, engine)
-                tick(label)
-            row = {
-                "workload": wname,
-                "max_num_seqs": engine.max_num_seqs,
-                **result.summary(),
-                "dropped_overlong": dropped,
-            }
-            rows.append(row)
+    steps_file = spec.steps_out.open("w") if spec.steps_out is not None else None
+    try:
+        for wname, prepared_workload in workloads.items():
+            done = _run_workload(
+                spec, cost, wname, prepared_workload, shared_feather, tick, on_sim, steps_file
+            )
+            add_relative(done, BASELINE)
+            rows.extend(done)
+            if on_rows is not None:
+                on_rows(done)
+    finally:
+        if steps_file is not None:
+            steps_file.close()
     if shared_feather is not None and spec.policy_state is not None:
         shared_feather.save(spec.policy_state)
-    add_relative(rows, BASELINE)
+    return rows
+
+
+def _run_workload(
+    spec: BenchSpec,
+    cost: StepCostModel,
+    wname: str,
+    prepared: PreparedWorkload,
+    shared_feather: FeatherPolicy | None,
+    tick: Callable[[str], None],
+    on_sim: Callable[[str, int, int], None] | None,
+    steps_file: Any,
+) -> list[dict]:
+    """Every policy on one workload: its rows."""
+    from feather_sched.bench.steplog import StepRecorder
+
+    requests, dropped = prepared.requests, prepared.dropped
+    engine = spec.engine_for(wname)
+    rows: list[dict] = []
+    for pname in spec.policies:
+        label = f"{wname} / {pname}"
+        progress = None
+        if on_sim is not None:
+            progress = lambda done, total, label=label: on_sim(label, done, total)  # noqa: E731
+        if pname == "oracle":
+            result = oracle_sweep(
+                requests,
+                cost,
+                engine,
+                on_run=lambda cap, _r, label=label: tick(f"{label} (cap {cap})"),
+            )
+        else:
+            if pname == "feather":
+                policy = shared_feather or make_policy(pname, **spec.feather_options())
+            else:
+                policy = make_policy(pname)
+            if steps_file is not None:
+                labels = {"workload": wname, "policy": pname}
+                policy = StepRecorder(policy, steps_file, labels)
+            result = simulate(requests, policy, cost, engine, progress=progress)
+            tick(label)
+        row = {
+            "workload": wname,
+            "max_num_seqs": engine.max_num_seqs,
+            **result.summary(spec.slo),
+            "dropped_overlong": dropped,
+        }
+        rows.append(row)
     return rows
