@@ -39,9 +39,90 @@ console = Console(width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from feather_sched.bench.runner import git_commit, package_version
+
+        commit = git_commit()
+        print(f"feather {package_version()}" + (f" (git {commit})" if commit else ""))
+        raise typer.Exit()
+
+
 @app.callback()
-def _main() -> None:
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version."
+        ),
+    ] = False,
+) -> None:
     """Feather: prefix-homogeneity-aware scheduling for LLM serving."""
+
+
+@app.command("list")
+def list_cmd(
+    what: Annotated[
+        str | None,
+        typer.Argument(help="policies, workloads, hardware or models (default: all)."),
+    ] = None,
+) -> None:
+    """The names `feather bench` takes: policies, workloads, hardware and model profiles."""
+    from feather_sched.bench.results import catalogue
+
+    cat = catalogue()
+    if what is not None and what not in cat:
+        _fail(ValueError(f"nothing called {what!r} to list; valid: {', '.join(cat)}"))
+    for section, items in cat.items():
+        if what is not None and section != what:
+            continue
+        print(f"{section}:")
+        for name, line in items:
+            print(f"  {name:<18} {line}".rstrip())
+
+
+@app.command("show")
+def show_cmd(
+    record: Annotated[Path, typer.Argument(help="A `feather bench --json` record.")],
+    csv_out: Annotated[bool, typer.Option("--csv", help="Every row field as CSV.")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="A Markdown table.")] = False,
+) -> None:
+    """Print a saved bench record: its table (default), CSV or Markdown."""
+    from feather_sched.bench.output import results_text, terminal_width
+    from feather_sched.bench.results import read_record, rows_csv, rows_markdown
+
+    if csv_out and markdown:
+        _fail(ValueError("--csv and --markdown: pick one"))
+    try:
+        payload = read_record(record)
+    except ValueError as err:
+        _fail(err)
+    rows = payload["rows"]
+    if csv_out:
+        sys.stdout.write(rows_csv(rows))
+    elif markdown:
+        print(rows_markdown(rows))
+    else:
+        cfg = payload.get("config") or {}
+        title = f"{record}: " + ", ".join(
+            f"{k} {cfg[k]}" for k in ("hardware", "model", "kernel", "seed") if k in cfg
+        )
+        print(results_text(rows, title, terminal_width()))
+
+
+@app.command("compare")
+def compare_cmd(
+    a: Annotated[Path, typer.Argument(help="Record A (the reference).")],
+    b: Annotated[Path, typer.Argument(help="Record B.")],
+) -> None:
+    """Two saved bench records side by side: each (workload, policy) in both, B / A."""
+    from feather_sched.bench.results import compare_text, read_record
+
+    try:
+        ra, rb = read_record(a), read_record(b)
+    except ValueError as err:
+        _fail(err)
+    print(compare_text(ra["rows"], rb["rows"], str(a), str(b)))
 
 
 # ---- options shared by several commands
@@ -184,7 +265,7 @@ def _int_list(text: str, option: str) -> list[int]:
 def _fail(err: Exception) -> NoReturn:
     """Bad input found past option parsing: its message on stderr (markup-escaped, so a
     bracket in it prints as written) and exit status 2, as the option parser's errors."""
-    err_console.print(f"[red]error:[/red] {escape(str(err))}")
+    err_console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)
     raise typer.Exit(2) from None
 
 
