@@ -236,6 +236,13 @@ _SloTpot = Annotated[
     float | None,
     typer.Option(help="SLO on time per output token, seconds (goodput counts requests within)."),
 ]
+_Rates = Annotated[
+    str | None,
+    typer.Option(
+        help="Latency-throughput sweep: comma-separated request rates (req/s); each workload "
+        "runs at each (Poisson arrivals; a trace rescaled to that mean rate), plotted.",
+    ),
+]
 _StepsOut = Annotated[
     Path | None,
     typer.Option(
@@ -259,6 +266,16 @@ def _int_list(text: str, option: str) -> list[int]:
         ) from None
     if any(v < 1 for v in values):
         raise typer.BadParameter(f"{option} values must be >= 1, got {text!r}")
+    return values
+
+
+def _float_list(text: str, option: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"{option} expects comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise ValueError(f"{option} {text!r} names no value")
     return values
 
 
@@ -304,6 +321,7 @@ def bench(
     slo_ttft: _SloTtft = None,
     slo_tpot: _SloTpot = None,
     steps_out: _StepsOut = None,
+    rates: _Rates = None,
 ) -> None:
     """Run every policy on every workload (simulated, or on vLLM); table, JSON and a plot."""
     workloads = _optional_names(",".join(workload), "--workload") if workload else None
@@ -316,6 +334,7 @@ def bench(
             "--slo-ttft": slo_ttft,
             "--slo-tpot": slo_tpot,
             "--steps-out": steps_out,
+            "--rates": rates,
         }
         given = [k for k, v in sim_only.items() if v is not None]
         if given:
@@ -359,6 +378,7 @@ def bench(
             limit=limit,
             slo=SLO(slo_ttft, slo_tpot),
             steps_out=steps_out,
+            rates=None if rates is None else _float_list(rates, "--rates"),
         )
     except ValueError as err:
         _fail(err)

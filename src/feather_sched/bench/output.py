@@ -55,9 +55,9 @@ WIDE_COLUMNS: tuple[tuple[str, str, int, Any], ...] = (
 )
 LEGEND = (
     "tok/s: output tokens/s (higher is better); xfcfs: vs fcfs; batch: mean batch;\n"
-    "grps: prefix groups per batch; ttft/tpot/e2e 50/99: time to first token, per output\n"
-    "token, end to end, percentile, seconds; good/s: requests/s meeting the SLO (every\n"
-    "request without one); * best tok/s. All fields: the JSON, or `feather show`."
+    "grps: prefix groups per batch; ttft/tpot/e2e 50/99: time to first token, per\n"
+    "output token, end to end, percentile, seconds; good/s: requests/s meeting the\n"
+    "SLO (every request without one); * best tok/s. All fields: JSON, `feather show`."
 )
 POLICY_WIDTH = 16
 

@@ -84,6 +84,7 @@ def sim_config(spec: BenchSpec, prepared: dict[str, PreparedWorkload]) -> dict[s
         "rate_scale": spec.rate_scale,
         "limit": spec.limit,
         "slo": {"ttft_s": spec.slo.ttft_s, "tpot_s": spec.slo.tpot_s},
+        "rates": list(spec.rates) if spec.rates else None,
         "feather_hardware": spec.feather_hardware,
         "engine": {
             "max_num_seqs": asked_seqs,
@@ -141,6 +142,7 @@ class SimBench:
                 ("limit", s.limit),
                 ("SLO ttft", s.slo.ttft_s),
                 ("SLO tpot", s.slo.tpot_s),
+                ("rates", ",".join(f"{r:g}" for r in s.rates) if s.rates else None),
             )
             if v is not None
         )
@@ -200,10 +202,13 @@ class SimBench:
             return 130
         if not rows:
             return 0
-        from feather_sched.bench.report import plot_results
+        from feather_sched.bench import report
 
         try:
-            plot_results(rows, self.plot, self.title())
+            if self.spec.rates:
+                report.plot_sweep(rows, self.plot, self.title())
+            else:
+                report.plot_results(rows, self.plot, self.title())
         except Exception as err:  # the rows are saved; only the plot is lost
             print(
                 f"error: rows saved to {self.json_out}, but the plot {self.plot} failed: {err}",

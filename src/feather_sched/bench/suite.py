@@ -80,6 +80,10 @@ class BenchSpec:
     """Goodput counts the requests that meet it."""
     steps_out: Path | None = None
     """A JSONL step log (`bench.steplog`): one line per simulated step of every run."""
+    rates: tuple[float, ...] | None = None
+    """A latency-throughput sweep: each workload run at each of these request rates
+    (requests/s; Poisson arrivals for generated workloads, the trace's own timestamps
+    rescaled to that mean rate for a trace), one row set per (workload, rate)."""
 
     def feather_options(self) -> dict:
         hw = self.feather_hardware or self.hardware
@@ -112,6 +116,13 @@ class BenchSpec:
             math.isfinite(self.rate_scale) and self.rate_scale > 0
         ):
             raise ValueError(f"--rate-scale must be a finite number > 0, got {self.rate_scale}")
+        if self.rates is not None:
+            if not self.rates or not all(math.isfinite(r) and r > 0 for r in self.rates):
+                raise ValueError(
+                    f"--rates must be finite request rates > 0, got {list(self.rates)}"
+                )
+            if self.arrival is not None or self.rate_scale is not None:
+                raise ValueError("--rates sets the arrivals: drop --arrival / --rate-scale")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit must be an integer >= 1, got {self.limit}")
         for name, value in (("--slo-ttft", self.slo.ttft_s), ("--slo-tpot", self.slo.tpot_s)):
@@ -137,7 +148,7 @@ class BenchSpec:
             n += len(self.policies)
             if "oracle" in self.policies:
                 n += len(default_caps(self.engine_for(w).max_num_seqs)) - 1
-        return n
+        return n * (len(self.rates) if self.rates else 1)
 
 
 def _params(workload: Any) -> dict[str, Any]:
@@ -155,8 +166,22 @@ def _params(workload: Any) -> dict[str, Any]:
     return out
 
 
+def _at_rate(requests: list[Request], rate: float) -> tuple[list[Request], float]:
+    """A trace's requests rescaled to a mean rate of `rate` requests/s; the scale used."""
+    if len(requests) < 2 or requests[-1].arrival_time <= requests[0].arrival_time:
+        raise ValueError(
+            "--rates on a trace needs at least two distinct arrival times to rescale"
+        )
+    own = (len(requests) - 1) / (requests[-1].arrival_time - requests[0].arrival_time)
+    scale = rate / own
+    t0 = requests[0].arrival_time
+    return [
+        dataclasses.replace(r, arrival_time=t0 + (r.arrival_time - t0) / scale) for r in requests
+    ], scale
+
+
 def build_bench_workload(
-    name: str, spec: BenchSpec, apply_limit: bool = True
+    name: str, spec: BenchSpec, apply_limit: bool = True, rate: float | None = None
 ) -> tuple[list[Request], dict[str, Any]]:
     """A bench workload's requests (arrival, rate scale and, unless told not to, limit
     applied) and every parameter it was built with. Names: the suite's (`SUITE`), any
@@ -164,15 +189,17 @@ def build_bench_workload(
     limit = spec.limit if apply_limit else None
     preset = SUITE.get(name)
     base, overrides = (preset.base, dict(preset.overrides)) if preset else (name, {})
-    if spec.arrival is not None and not name.startswith(TRACE_PREFIX):
-        overrides["arrival"] = parse_arrival(spec.arrival)
+    is_trace = name.startswith(TRACE_PREFIX)
+    arrival = f"poisson:{rate!r}" if rate is not None and not is_trace else spec.arrival
+    if arrival is not None and not is_trace:
+        overrides["arrival"] = parse_arrival(arrival)
         try:
             workload = make_workload(base, **overrides)
         except ValueError as err:
             if "no field(s) arrival" not in str(err):
                 raise
             raise ValueError(
-                f"workload {name!r} has no arrival process to set (--arrival {spec.arrival})"
+                f"workload {name!r} has no arrival process to set (arrivals {arrival})"
             ) from None
     elif name.startswith(TRACE_PREFIX) and limit is not None:
         workload = make_workload(base, limit=limit, **overrides)
@@ -193,6 +220,10 @@ def build_bench_workload(
         "rate_scale": spec.rate_scale,
         "requests": len(requests),
     }
+    if rate is not None:
+        params["rate_req_s"] = rate
+        if is_trace:
+            requests, params["rate_scale"] = _at_rate(requests, rate)
     return requests, params
 
 
@@ -237,6 +268,9 @@ class PreparedWorkload:
     requests: list[Request]
     dropped: int
     params: dict[str, Any]
+    base: str = ""
+    """The workload's name in the suite (the key adds `@RATE/s` in a sweep)."""
+    rate: float | None = None
 
 
 def prepare_workloads(spec: BenchSpec, cost: StepCostModel) -> dict[str, PreparedWorkload]:
@@ -244,9 +278,12 @@ def prepare_workloads(spec: BenchSpec, cost: StepCostModel) -> dict[str, Prepare
     spec.validate()
     limit = cost.model.max_context_tokens
     prepared: dict[str, PreparedWorkload] = {}
-    for wname in spec.workloads:
+    for wname, rate in [(w, r) for w in spec.workloads for r in (spec.rates or (None,))]:
+        key = wname if rate is None else f"{wname}@{rate:g}/s"
         # With --drop-overlong, --limit counts the requests kept: the first N that fit.
-        original, params = build_bench_workload(wname, spec, apply_limit=not spec.drop_overlong)
+        original, params = build_bench_workload(
+            wname, spec, apply_limit=not spec.drop_overlong, rate=rate
+        )
         requests, dropped = fit_context(
             original, limit, spec.drop_overlong, f"{wname} on {spec.model}"
         )
@@ -262,7 +299,7 @@ def prepare_workloads(spec: BenchSpec, cost: StepCostModel) -> dict[str, Prepare
             wname, requests, engine.kv_blocks(cost.hardware, cost.model), engine.block_size
         )
         params["max_num_seqs"] = engine.max_num_seqs
-        prepared[wname] = PreparedWorkload(requests, dropped, params)
+        prepared[key] = PreparedWorkload(requests, dropped, params, wname, rate)
     return prepared
 
 
@@ -322,7 +359,7 @@ def _run_workload(
     from feather_sched.bench.steplog import StepRecorder
 
     requests, dropped = prepared.requests, prepared.dropped
-    engine = spec.engine_for(wname)
+    engine = spec.engine_for(prepared.base or wname)
     rows: list[dict] = []
     for pname in spec.policies:
         label = f"{wname} / {pname}"
@@ -352,5 +389,7 @@ def _run_workload(
             **result.summary(spec.slo),
             "dropped_overlong": dropped,
         }
+        if prepared.rate is not None:
+            row["rate_req_s"] = prepared.rate
         rows.append(row)
     return rows
