@@ -78,7 +78,7 @@ def test_show_and_compare_read_the_record(record) -> None:
     md = runner.invoke(app, ["show", str(out), "--markdown"])
     assert md.exit_code == 0 and md.stdout.startswith("| workload | policy |")
     plain = runner.invoke(app, ["show", str(out)])
-    rows = [x for x in plain.stdout.splitlines() if x.startswith("  ")]
+    rows = [x for x in plain.stdout.splitlines() if x.startswith(" ")]
     assert plain.exit_code == 0 and rows and all(len(x) <= 80 for x in rows)
     cmp = runner.invoke(app, ["compare", str(out), str(out)])
     assert cmp.exit_code == 0, cmp.output
@@ -148,7 +148,7 @@ def test_piped_output_streams_rows_and_fits_80_columns(tmp_path: Path) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    table = [x for x in lines if x.startswith("  ") or x.startswith("policy")]
+    table = [x for x in lines if x.startswith(" ") or x.startswith("policy")]
     assert len(table) >= 4 and all(len(x) <= 80 for x in table)  # names may wrap, numbers fit
     assert "max-homogeneous" in result.stdout and "feather-paper" in result.stdout
     assert "[3/3]" in result.stderr  # progress on stderr when not a terminal

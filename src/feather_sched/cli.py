@@ -333,7 +333,6 @@ def bench(
             "--limit": limit,
             "--slo-ttft": slo_ttft,
             "--slo-tpot": slo_tpot,
-            "--steps-out": steps_out,
             "--rates": rates,
         }
         given = [k for k, v in sim_only.items() if v is not None]
@@ -352,6 +351,7 @@ def bench(
             async_scheduling=async_scheduling,
             policy_options=feather_prior_options(feather_hardware, model),
             drop_overlong=drop_overlong,
+            steps_out=steps_out,
         )
         return _bench_vllm(vllm_spec, json_out, plot)
     if engine != "sim":
@@ -420,6 +420,8 @@ def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
     try:
         check_output_path(json_out, "--json")
         check_plot_path(plot)
+        if spec.steps_out is not None:
+            check_output_path(spec.steps_out, "--steps-out")
         spec.validate()
         with err_console.status("vllm bench") as status:
             rows = run_vllm_bench(spec, on_progress=lambda label: status.update(label))

@@ -59,7 +59,7 @@ LEGEND = (
     "output token, end to end, percentile, seconds; good/s: requests/s meeting the\n"
     "SLO (every request without one); * best tok/s. All fields: JSON, `feather show`."
 )
-POLICY_WIDTH = 16
+POLICY_WIDTH = 18
 
 
 def terminal_width() -> int:
@@ -103,11 +103,11 @@ def workload_block(rows: Sequence[dict], cols: Sequence[tuple[str, str, int, Any
     for r in rows:
         name = r["policy"] + (f" (cap {r['oracle_cap']})" if "oracle_cap" in r else "")
         name += "*" if r["output_tok_s"] == best else ""
-        if len(name) > POLICY_WIDTH - 1:  # a long name gets its own line, numbers stay whole
-            lines.append("  " + name)
+        if len(name) + 1 > POLICY_WIDTH:  # a long name gets its own line, numbers stay whole
+            lines.append(" " + name)
             name = ""
         lines.append(
-            ("  " + name).ljust(POLICY_WIDTH) + "".join(_cell(r, k, w, f) for k, _, w, f in cols)
+            (" " + name).ljust(POLICY_WIDTH) + "".join(_cell(r, k, w, f) for k, _, w, f in cols)
         )
     return lines
 
