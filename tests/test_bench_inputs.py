@@ -74,6 +74,7 @@ BAD_BENCH = [
     (["--num-kv-blocks", "999999999999"], 2, "--num-kv-blocks"),
     (["--max-num-seqs", "0"], 2, "max-num-seqs"),
     (["--max-batched-tokens", "-5"], 2, "max-batched-tokens"),
+    (["--max-batched-tokens", "1"], 2, "--max-batched-tokens 1"),
     (["--seed", "-1"], 2, "seed"),
     (["--hardware", "tpu9"], 2, "tpu9"),
     (["--hardware", "/nonexistent/hw.json"], 2, "hw.json"),
@@ -157,21 +158,25 @@ def test_an_interrupted_bench_keeps_its_finished_rows(
 ) -> None:
     from feather_sched.bench import suite
 
-    real = suite._run_workload
+    real = suite.simulate
     calls = []
 
-    def interrupt_second(*a, **k):
+    def interrupt_fourth(*a, **k):
         calls.append(1)
-        if len(calls) == 2:
+        if len(calls) == 4:
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(suite, "_run_workload", interrupt_second)
+    monkeypatch.setattr(suite, "simulate", interrupt_fourth)
     out = tmp_path / "o.json"
     trace = f"trace:{files['good']}"
-    args = ["bench", "-w", f"{trace},no-sharing", "--policies", "fcfs", "--json", str(out)]
+    args = ["bench", "-w", f"{trace},no-sharing", "--limit", "50", "--policies", "fcfs,lpm"]
+    args += ["--json", str(out)]
     result = runner.invoke(app, [*args, "--plot", str(tmp_path / "o.png")])
     assert result.exit_code == 130
     payload = json.loads(out.read_text())
     assert payload["config"]["interrupted"] is True
-    assert [r["workload"] for r in payload["rows"]] == [trace]
+    # both runs of the first workload, and the second's finished fcfs run
+    got = [(r["workload"], r["policy"]) for r in payload["rows"]]
+    assert got == [(trace, "fcfs"), (trace, "lpm"), ("no-sharing", "fcfs")]
+    assert payload["rows"][1]["vs_fcfs"] is not None

@@ -394,6 +394,9 @@ def _bench_sim(spec: BenchSpec, json_out: Path, plot: Path) -> None:
         sim = SimBench.prepare(spec, json_out, plot)
     except (ValueError, OSError, KeyError) as err:
         _fail(err)
+    except KeyboardInterrupt:
+        err_console.print("interrupted before any run; nothing written")
+        raise typer.Exit(130) from None
     raise typer.Exit(sim.run())
 
 

@@ -179,6 +179,11 @@ class SimBench:
         return self.save(rows, interrupted, failure)
 
     def save(self, rows: list[dict], interrupted: bool, failure: str | None = None) -> int:
+        from feather_sched.bench.report import add_relative
+        from feather_sched.bench.suite import BASELINE
+
+        if interrupted or failure is not None:
+            add_relative(rows, BASELINE)  # the unfinished workload's rows too
         config = sim_config(self.spec, self.prepared)
         if interrupted:
             config["interrupted"] = True

@@ -295,6 +295,12 @@ def prepare_workloads(spec: BenchSpec, cost: StepCostModel) -> dict[str, Prepare
             requests, dropped = kept, max(0, window - len(kept))
             params["requests"] = len(requests)
         engine = spec.engine_for(wname)
+        if engine.max_num_batched_tokens < engine.max_num_seqs:
+            raise ValueError(
+                f"--max-batched-tokens {engine.max_num_batched_tokens} is below max_num_seqs "
+                f"{engine.max_num_seqs} for workload {wname!r}; vLLM refuses this too "
+                "(max_num_batched_tokens >= max_num_seqs): raise it or lower --max-num-seqs"
+            )
         check_requests(
             wname, requests, engine.kv_blocks(cost.hardware, cost.model), engine.block_size
         )
@@ -330,11 +336,13 @@ def run_bench(
     steps_file = spec.steps_out.open("w") if spec.steps_out is not None else None
     try:
         for wname, prepared_workload in workloads.items():
-            done = _run_workload(
-                spec, cost, wname, prepared_workload, shared_feather, tick, on_sim, steps_file
+            start = len(rows)  # each run's row lands in `rows` as soon as it is done
+            _run_workload(
+                spec, cost, wname, prepared_workload, shared_feather, tick, on_sim, steps_file,
+                rows,
             )
+            done = rows[start:]
             add_relative(done, BASELINE)
-            rows.extend(done)
             if on_rows is not None:
                 on_rows(done)
     finally:
@@ -354,13 +362,13 @@ def _run_workload(
     tick: Callable[[str], None],
     on_sim: Callable[[str, int, int], None] | None,
     steps_file: Any,
-) -> list[dict]:
-    """Every policy on one workload: its rows."""
+    rows: list[dict],
+) -> None:
+    """Every policy on one workload: a row appended to `rows` as each run finishes."""
     from feather_sched.bench.steplog import StepRecorder
 
     requests, dropped = prepared.requests, prepared.dropped
     engine = spec.engine_for(prepared.base or wname)
-    rows: list[dict] = []
     for pname in spec.policies:
         label = f"{wname} / {pname}"
         progress = None
@@ -392,4 +400,3 @@ def _run_workload(
         if prepared.rate is not None:
             row["rate_req_s"] = prepared.rate
         rows.append(row)
-    return rows
