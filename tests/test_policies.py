@@ -35,7 +35,15 @@ from feather_sched.sim.kv_cache import block_hashes
 from feather_sched.sim.result import TIMING_KEYS
 from feather_sched.workloads import NoSharingWorkload, SharedPrefixWorkload
 
-MY_POLICIES = ["lpm", "dfs-weight", "hrrn", "lof", "random", "max-homogeneous"]
+MY_POLICIES = [
+    "lpm",
+    "dfs-weight",
+    "hrrn",
+    "shortest-prefill-first",
+    "lof",
+    "random",
+    "max-homogeneous",
+]
 
 
 class FakeView:
@@ -632,4 +640,51 @@ def test_hrrn_matches_sglang_sort() -> None:
         for rid in view.waiting_ids()
     ]
     sp.SchedulePolicy._sort_by_hrrn(reqs, set(), policy.processed_tokens)
+    assert ours == [r.rid for r in reqs]
+
+
+# --------------------------------------------------------------------- shortest-prefill-first
+def test_shortest_prefill_first_order_and_no_fallback() -> None:
+    from feather_sched.policies.sglang_baselines import ShortestPrefillFirstPolicy
+
+    view = FakeView()
+    view.add("long", distinct(0, 160))  # 160 uncached
+    view.add("short", distinct(1, 32))  # 32
+    view.add("warm", distinct(2, 160), cached=9)  # 160 - 144 = 16
+    view.add("tie", distinct(3, 32))  # 32, entered with "short": queue order kept
+    assert order(ShortestPrefillFirstPolicy(), view) == ["warm", "short", "tie", "long"]
+    big = FakeView(max_num_seqs=1000)
+    for i in range(130):
+        big.add(f"r{i:03d}", distinct(i, 16 * (130 - i)))
+    got = order(ShortestPrefillFirstPolicy(), big)
+    assert got[0] == "r129"  # still sorted above 128 waiting
+
+
+def test_shortest_prefill_first_matches_sglang_sort() -> None:
+    from types import SimpleNamespace
+
+    from feather_sched.integrations.sglang_cpu import prepare_cpu_import
+    from feather_sched.policies.sglang_baselines import ShortestPrefillFirstPolicy
+
+    if importlib.util.find_spec("sglang") is None:
+        pytest.skip("SGLang is not installed (see the 'sglang' extra in pyproject.toml)")
+    prepare_cpu_import()
+    sp = importlib.import_module("sglang.srt.managers.schedule_policy")
+    rng = np.random.default_rng(5)
+    view = FakeView()
+    for k in range(14):
+        prompt = distinct(k, int(rng.integers(1, 8)) * 16)
+        view.add(f"q{k:02d}", prompt, cached=int(rng.integers(0, 3)))
+    ours = order(ShortestPrefillFirstPolicy(in_batch_check_threshold=-1), view)
+    reqs = [
+        SimpleNamespace(
+            rid=rid,
+            origin_input_ids=list(view.request(rid).prompt),
+            output_ids=[],
+            num_matched_prefix_tokens=view.cached_blocks(rid) * view.block_size,
+            time_stats=SimpleNamespace(wait_queue_entry_time=view.arrival_time(rid)),
+        )
+        for rid in view.waiting_ids()
+    ]
+    sp.SchedulePolicy._sort_by_shortest_prefill(reqs, set())
     assert ours == [r.rid for r in reqs]

@@ -440,10 +440,11 @@ def _report_bench(
     rows: list[dict], title: str, config: dict[str, Any], json_out: Path, plot: Path
 ) -> None:
     """The real-engine bench's report: the table, the JSON record (first), the plot."""
-    from feather_sched.bench.report import plot_results, results_table
+    from feather_sched.bench.output import results_text, terminal_width
+    from feather_sched.bench.report import plot_results
     from feather_sched.bench.runner import config_provenance
 
-    console.print(results_table(rows, title))
+    print(results_text(rows, title, terminal_width()), flush=True)
     write_record(json_out, config={**config_provenance(), **config}, rows=rows)
     try:
         plot_results(rows, plot, title)

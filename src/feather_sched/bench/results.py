@@ -129,6 +129,7 @@ POLICY_LINES = {
     "lpm": "SGLang longest prefix match (fcfs above 128 waiting)",
     "dfs-weight": "SGLang DFS over the prefix tree, heaviest subtree first",
     "hrrn": "SGLang highest response ratio next, token-based aging",
+    "shortest-prefill-first": "SGLang's experimental shortest uncached prefill first",
     "lof": "SGLang longest output first",
     "random": "SGLang random order (seeded)",
     "max-homogeneous": "bound: one prefix group at a time",

@@ -35,6 +35,7 @@ __all__ = [
     "LOFPolicy",
     "LPMPolicy",
     "RandomPolicy",
+    "ShortestPrefillFirstPolicy",
     "dfs_weight_order",
 ]
 
@@ -182,6 +183,29 @@ class HRRNPolicy(LPMPolicy):
         super().reset()
         self.processed_tokens = 0
         self._entered = {}
+
+
+class ShortestPrefillFirstPolicy(LPMPolicy):
+    """Shortest uncached prefill first: SGLang's experimental `shortest-prefill-first` (0.5.23).
+
+    Mirrors `SchedulePolicy._sort_by_shortest_prefill`: sort on (deferred by the in-batch
+    prefix check, uncached prefill work = max(1, prompt - matched tokens), time it entered
+    the waiting queue). Unlike lpm and hrrn, SGLang keeps sorting above 128 waiting (no
+    fallback). Not modelled: its `shortest_prefill_chunk_limit`, which also caps a running
+    chunked prefill to leave budget for shorter waiting ones (an engine-side change), and a
+    preempted request's generated tokens in its work (the simulator matches prompts only).
+    """
+
+    name = "shortest-prefill-first"
+
+    def _compute(self, view: SchedulerView) -> Iterable[str]:
+        ids, matched, deferred = self._prefix_matches(view)
+
+        def key(rid: str) -> tuple[bool, int, float]:
+            work = max(1, view.request(rid).prompt_len - matched[rid])
+            return (rid in deferred, work, view.arrival_time(rid))
+
+        return sorted(ids, key=key)
 
 
 class DFSWeightPolicy(_PrecomputedOrder):
