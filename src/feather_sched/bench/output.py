@@ -173,7 +173,9 @@ class BenchProgress:
     def emit(self, line: str) -> None:
         """A line of results, to stdout."""
         if self._progress is not None and sys.stdout.isatty():
-            self._progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
+            from rich.text import Text  # a Text is never read as markup (nor is the bar)
+
+            self._progress.console.print(Text(line), highlight=False, soft_wrap=True)
         else:
             print(line, flush=True)
 
