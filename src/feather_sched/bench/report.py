@@ -63,7 +63,8 @@ def results_table(rows: Sequence[dict], title: str) -> Table:
 
 
 BOUNDS = ("oracle", "max-homogeneous")
-"""Rows that are references, not deployable policies: drawn hatched, after the policies."""
+"""Rows that are references (a swept cap, a one-group-at-a-time extreme), not deployable
+policies: drawn hatched, after the policies."""
 
 
 def plot_results(rows: Sequence[dict], path: Path, title: str) -> Path:
@@ -101,7 +102,7 @@ def plot_results(rows: Sequence[dict], path: Path, title: str) -> Path:
                 pos,
                 ys,
                 width,
-                label=f"{p} (bound)" if bound else p,
+                label=f"{p} (reference)" if bound else p,
                 color=colors[i % len(colors)],
                 hatch="//" if bound else None,
                 edgecolor="black" if bound else None,

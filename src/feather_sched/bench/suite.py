@@ -239,8 +239,9 @@ def check_requests(name: str, requests: Sequence[Request], kv_blocks: int, block
         raise ValueError(f"workload {name!r}: arrival time {bad} is not a finite time >= 0")
     span = max(times) - min(times)
     if span > MAX_ARRIVAL_SPAN_S:
+        shown = f"{span:,.0f} s ({span / 86400:,.0f} days)" if span < 1e12 else f"{span:.3g} s"
         raise ValueError(
-            f"workload {name!r}: arrivals span {span:,.0f} s ({span / 86400:,.0f} days), over "
+            f"workload {name!r}: arrivals span {shown}, over "
             f"the {MAX_ARRIVAL_SPAN_S / 86400:.0f}-day limit; are the timestamps in the "
             "right unit (Mooncake: milliseconds; feather JSONL: seconds)? --rate-scale "
             "compresses them"
