@@ -110,6 +110,12 @@ BAD_BENCH = [
     (["--policy-state", "{ro}/state.json", "--policies", "feather"], 2, "cannot write"),
     (["--policy-state", "{bad_state}", "--policies", "feather"], 2, "state.json"),
     (["--engine", "vllm", "--limit", "3"], 2, "simulator only"),
+    (["--policies", "feather", "--feather-hardware", "bogus"], 2, "bogus"),
+    (["--policies", "feather", "--feather-hardware", "/nope/hw.json"], 2, "hw.json"),
+    (["--hardware", "cpu"], 2, "no room for KV"),
+    (["--rates", "0,5"], 2, "--rates"),
+    (["--rates", "x"], 2, "--rates"),
+    (["--rates", "5", "--rate-scale", "2"], 2, "--rates"),
 ]
 
 

@@ -119,6 +119,13 @@ class SimBench:
         if len({json_out.resolve(), plot.resolve()}) < 2:
             raise ValueError(f"--json and --plot are the same file: {json_out}")
         cost = StepCostModel(spec.hardware, spec.model, spec.kernel)
+        if "feather" in spec.policies and spec.feather_options():
+            from feather_sched.policies.feather import FeatherPolicy
+
+            try:  # its prior's profiles, checked now rather than at its first run
+                FeatherPolicy(**spec.feather_options())
+            except (ValueError, OSError) as err:
+                raise ValueError(f"--feather-hardware {spec.feather_hardware}: {err}") from None
         status = None
         if sys.stderr.isatty():
             from rich.console import Console
