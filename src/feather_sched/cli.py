@@ -187,7 +187,7 @@ _BenchFeatherHardware = Annotated[
     ),
 ]
 _BenchJson = Annotated[Path, typer.Option("--json", help="JSON results.")]
-_BenchPlot = Annotated[Path, typer.Option("--plot", help="PNG plot.")]
+_BenchPlot = Annotated[Path, typer.Option("--plot", help="Plot: .png, .pdf, .svg or .jpg.")]
 _BenchEngine = Annotated[
     str,
     typer.Option(help="sim: the simulator; vllm: the real vLLM engine (needs the 'vllm' extra)."),
