@@ -90,7 +90,7 @@ def plot_results(rows: Sequence[dict], path: Path, title: str) -> Path:
     panels = (
         (axes[0], "output_tok_s", "output tokens/s (higher is better)"),
         (axes[1], "vs_fcfs", "throughput vs FCFS, x (higher is better)"),
-        (axes[2], "ttft_p99_s", "TTFT p99, s (lower is better)"),
+        (axes[2], "ttft_p99_s", "TTFT p99, s, log (lower is better)"),
     )
     for ax, key, ylabel in panels:
         for i, p in enumerate(policies):
@@ -114,6 +114,8 @@ def plot_results(rows: Sequence[dict], path: Path, title: str) -> Path:
         ax.set_ylabel(ylabel, fontsize=9)
         ax.grid(axis="y", alpha=0.3)
     axes[1].axhline(1.0, color="black", linewidth=0.9)
+    if any((r.get("ttft_p99_s") or 0) > 0 for r in rows):
+        axes[2].set_yscale("log")  # latencies span decades; bars start at the axis floor
     axes[0].legend(
         fontsize=8, ncol=min(len(policies), 6), loc="upper left", bbox_to_anchor=(0, 1.25)
     )
