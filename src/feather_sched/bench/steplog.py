@@ -7,7 +7,8 @@ running prefix groups, waiting queue length, the ids admitted this step, and eac
 the policy answered with the candidate's features (`policies.features.DecisionState`: batch
 size, prefix chunks it would lose, its waiting group size, chunks already running, depth of
 its shared prefix) and, for Feather, whether it was a real decision (`asked`: the candidate
-opens a new prefix group), an exploration, and the cost model's predicted gain of STOP.
+opens a new prefix group), an exploration, a KV-gate refusal (`kv_refused`), and the cost
+model's predicted gain of STOP.
 
 Lines are JSON objects with `workload` and `policy` first, so one file holds a whole bench.
 Admissions the host forces past a STOP (never-stall) are not the policy's and do not show as
@@ -53,13 +54,17 @@ class StepRecorder(Policy):
 
     def accept(self, view: SchedulerView, request_id: str) -> bool:
         entry = {"id": request_id, **self._features(view, request_id)}
-        before = (_count(self.inner, "decisions"), _count(self.inner, "explorations"))
+        counters = ("decisions", "explorations", "kv_refusals")
+        before = [_count(self.inner, c) for c in counters]
         add = self.inner.accept(view, request_id)
+        after = [_count(self.inner, c) for c in counters]
         entry["action"] = "ADD" if add else "STOP"
         if before[0] is not None:
-            entry["asked"] = _count(self.inner, "decisions") != before[0]
-        if before[1] is not None and _count(self.inner, "explorations") != before[1]:
+            entry["asked"] = after[0] != before[0]
+        if before[1] is not None and after[1] != before[1]:
             entry["explored"] = True
+        if before[2] is not None and after[2] != before[2]:
+            entry["kv_refused"] = True  # the KV gate: it would not fit the engine's blocks
         self._decisions.append(entry)
         return add
 
