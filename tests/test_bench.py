@@ -129,7 +129,9 @@ def test_bench_record_echoes_the_options_as_given(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     payload = json.loads(out.read_text())
     assert list(payload) == ["machine", "config", "rows"]
-    assert payload["config"] == {
+    config = payload["config"]
+    assert config["feather_version"] and "git_commit" in config
+    expected = {
         "hardware": "h100",
         "model": "llama-3.1-8b",
         "kernel": "paged",
@@ -137,3 +139,8 @@ def test_bench_record_echoes_the_options_as_given(tmp_path: Path) -> None:
         "drop_overlong": False,
         "engine": {"max_num_seqs": None, "max_num_batched_tokens": 8192, "num_kv_blocks": None},
     }
+    assert {k: config[k] for k in expected} == expected
+    # what each workload ran with: every generator parameter and its engine cap
+    params = config["workloads"][f"trace:{trace}"]
+    assert params["generator"] == "TraceWorkload" and params["path"] == str(trace)
+    assert params["max_num_seqs"] == 256 and params["requests"] == 30

@@ -201,6 +201,8 @@ def test_bench_engine_vllm_records_its_spec(tmp_path: Path, monkeypatch) -> None
     payload = json.loads(out.read_text())
     assert payload["rows"] == [row]
     config = payload["config"]
+    assert config.pop("feather_version") and "git_commit" in config  # provenance first
+    config.pop("git_commit")
     assert config == json.loads(json.dumps({"engine": "vllm", **asdict(spec)}, default=str))
     assert config["scenarios"] == [{"name": "kv-64-blocks", "num_blocks": 64}]
     assert config["policy_state"] == str(state) and config["max_num_seqs"] == 256

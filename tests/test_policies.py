@@ -7,6 +7,8 @@ can be worked out on paper. The end-to-end tests run the real simulator.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -33,7 +35,15 @@ from feather_sched.sim.kv_cache import block_hashes
 from feather_sched.sim.result import TIMING_KEYS
 from feather_sched.workloads import NoSharingWorkload, SharedPrefixWorkload
 
-MY_POLICIES = ["lpm", "dfs-weight", "lof", "random", "max-homogeneous"]
+MY_POLICIES = [
+    "lpm",
+    "dfs-weight",
+    "hrrn",
+    "shortest-prefill-first",
+    "lof",
+    "random",
+    "max-homogeneous",
+]
 
 
 class FakeView:
@@ -545,3 +555,136 @@ def test_follows_queue_order_claims_only_without_sharing() -> None:
     reqs = SharedPrefixWorkload(num_groups=2, prompts_per_group=8).generate(0)
     simulate(reqs, policy, COST, cfg)
     assert policy.claimed_steps < policy.steps
+
+
+# --------------------------------------------------------------------------------- hrrn
+def test_hrrn_orders_by_response_ratio_then_id() -> None:
+    from feather_sched.policies.sglang_baselines import HRRNPolicy
+
+    view = FakeView()
+    policy = HRRNPolicy()
+    view.add("old-long", distinct(0, 160))  # 160 uncached
+    view.add("old-short", distinct(1, 32))  # 32 uncached
+    policy.begin_step(view)  # both enter at counter 0
+    policy.end_step(view, 0.1, 1, prefill_tokens=320)
+    view.add("new", distinct(2, 16))  # enters at 320: waited 0
+    view.add("cached", distinct(3, 48), cached=3)  # nothing left to prefill: first
+    # ratios: old-short 320/32 = 10, old-long 320/160 = 2, new 0, cached -> -inf key
+    assert order(policy, view) == ["cached", "old-short", "old-long", "new"]
+    # equal ratios: request id order, as SGLang's (-ratio, rid) key
+    view2 = FakeView()
+    for rid, i in [("b", 0), ("a", 1)]:
+        view2.add(rid, distinct(i, 32))
+    assert order(HRRNPolicy(), view2) == ["a", "b"]
+
+
+def test_hrrn_defers_in_batch_sharers_and_falls_back_above_128() -> None:
+    from feather_sched.policies.sglang_baselines import HRRNPolicy
+
+    shared = distinct(9, 64)
+    view = FakeView()
+    view.add("z-first", np.concatenate([shared, distinct(1, 16)]))
+    view.add("a-second", np.concatenate([shared, distinct(2, 16)]))  # deferred despite its id
+    assert order(HRRNPolicy(), view) == ["z-first", "a-second"]
+    big = FakeView(max_num_seqs=1000)
+    ids = [f"r{i:03d}" for i in reversed(range(129))]
+    for i, rid in enumerate(ids):
+        big.add(rid, distinct(i, 16))
+    assert order(HRRNPolicy(), big) == ids  # queue order, not id order
+
+
+def test_hrrn_reentry_resnapshots_and_reset_clears() -> None:
+    from feather_sched.policies.sglang_baselines import HRRNPolicy
+
+    view = FakeView()
+    policy = HRRNPolicy()
+    view.add("a", distinct(0, 32))
+    policy.begin_step(view)
+    policy.end_step(view, 0.1, 1, prefill_tokens=100)
+    view.admit("a")
+    policy.begin_step(view)  # "a" left the queue: forgotten
+    assert "a" not in policy._entered
+    policy.reset()
+    assert policy.processed_tokens == 0
+
+
+def test_hrrn_matches_sglang_sort() -> None:
+    """The same queue through SGLang 0.5.23's own `_sort_by_hrrn` (when SGLang is here)."""
+    from types import SimpleNamespace
+
+    from feather_sched.integrations.sglang_cpu import prepare_cpu_import
+    from feather_sched.policies.sglang_baselines import HRRNPolicy
+
+    if importlib.util.find_spec("sglang") is None:
+        pytest.skip("SGLang is not installed (see the 'sglang' extra in pyproject.toml)")
+    prepare_cpu_import()
+    sp = importlib.import_module("sglang.srt.managers.schedule_policy")
+    rng = np.random.default_rng(3)
+    view = FakeView()
+    policy = HRRNPolicy(in_batch_check_threshold=-1)
+    entered = {}
+    for k in range(12):
+        rid = f"q{rng.integers(1000):03d}-{k}"
+        view.add(rid, distinct(k, int(rng.integers(1, 10)) * 16), cached=int(rng.integers(0, 3)))
+        entered[rid] = policy.processed_tokens
+        policy.begin_step(view)
+        policy.end_step(view, 0.1, 1, prefill_tokens=int(rng.integers(0, 500)))
+    ours = order(policy, view)
+    reqs = [
+        SimpleNamespace(
+            rid=rid,
+            origin_input_ids=list(view.request(rid).prompt),
+            num_matched_prefix_tokens=view.cached_blocks(rid) * view.block_size,
+            arrival_processed_tokens=entered[rid],
+        )
+        for rid in view.waiting_ids()
+    ]
+    sp.SchedulePolicy._sort_by_hrrn(reqs, set(), policy.processed_tokens)
+    assert ours == [r.rid for r in reqs]
+
+
+# --------------------------------------------------------------------- shortest-prefill-first
+def test_shortest_prefill_first_order_and_no_fallback() -> None:
+    from feather_sched.policies.sglang_baselines import ShortestPrefillFirstPolicy
+
+    view = FakeView()
+    view.add("long", distinct(0, 160))  # 160 uncached
+    view.add("short", distinct(1, 32))  # 32
+    view.add("warm", distinct(2, 160), cached=9)  # 160 - 144 = 16
+    view.add("tie", distinct(3, 32))  # 32, entered with "short": queue order kept
+    assert order(ShortestPrefillFirstPolicy(), view) == ["warm", "short", "tie", "long"]
+    big = FakeView(max_num_seqs=1000)
+    for i in range(130):
+        big.add(f"r{i:03d}", distinct(i, 16 * (130 - i)))
+    got = order(ShortestPrefillFirstPolicy(), big)
+    assert got[0] == "r129"  # still sorted above 128 waiting
+
+
+def test_shortest_prefill_first_matches_sglang_sort() -> None:
+    from types import SimpleNamespace
+
+    from feather_sched.integrations.sglang_cpu import prepare_cpu_import
+    from feather_sched.policies.sglang_baselines import ShortestPrefillFirstPolicy
+
+    if importlib.util.find_spec("sglang") is None:
+        pytest.skip("SGLang is not installed (see the 'sglang' extra in pyproject.toml)")
+    prepare_cpu_import()
+    sp = importlib.import_module("sglang.srt.managers.schedule_policy")
+    rng = np.random.default_rng(5)
+    view = FakeView()
+    for k in range(14):
+        prompt = distinct(k, int(rng.integers(1, 8)) * 16)
+        view.add(f"q{k:02d}", prompt, cached=int(rng.integers(0, 3)))
+    ours = order(ShortestPrefillFirstPolicy(in_batch_check_threshold=-1), view)
+    reqs = [
+        SimpleNamespace(
+            rid=rid,
+            origin_input_ids=list(view.request(rid).prompt),
+            output_ids=[],
+            num_matched_prefix_tokens=view.cached_blocks(rid) * view.block_size,
+            time_stats=SimpleNamespace(wait_queue_entry_time=view.arrival_time(rid)),
+        )
+        for rid in view.waiting_ids()
+    ]
+    sp.SchedulePolicy._sort_by_shortest_prefill(reqs, set())
+    assert ours == [r.rid for r in reqs]

@@ -36,6 +36,11 @@ def test_build_workload() -> None:
     assert (w.num_prefixes, w.requests_per_prefix) == (5, 200)
     assert build_workload("shared-prefix") == SharedPrefixWorkload()
     assert isinstance(build_workload("tree"), TreeWorkload)  # not a preset: the generator
+    # one name, one workload: the Python generator by name is the bench's workload
+    from feather_sched.workloads import make_workload
+
+    for name in ("long-prefix", "shared-prefix", "document-qa", "no-sharing"):
+        assert make_workload(name) == build_workload(name), name
     # a bare training entry means the bench's version of the workload
     assert MixEntry("long-prefix").build() == w
     assert Preset("no-sharing").max_num_seqs == 256

@@ -339,7 +339,7 @@ def test_long_prefix_lengths_in_range() -> None:
 
 def test_long_prefix_fixed_length_default() -> None:
     w = LongPrefixWorkload(prefix_len=100, requests_per_prefix=3)
-    assert w.num_prefixes == 1
+    assert w.num_prefixes == 5  # the bench suite's long-prefix: one name, one workload
     assert {r.prompt_len for r in w.generate(0)} == {100 + w.suffix_len}
     with pytest.raises(ValueError, match="prefix_len_max must be >= 100"):
         LongPrefixWorkload(prefix_len=100, prefix_len_max=50)

@@ -26,6 +26,7 @@ from feather_sched.bench.suite import DEFAULT_POLICIES, BenchSpec
 from feather_sched.bench.vllm_engine import KvScenario, VllmBenchSpec
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost import StepCostModel
+from feather_sched.sim.result import SLO
 
 app = typer.Typer(
     help="Feather: prefix-homogeneity-aware scheduling for LLM serving.",
@@ -38,9 +39,90 @@ console = Console(width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from feather_sched.bench.runner import git_commit, package_version
+
+        commit = git_commit()
+        print(f"feather {package_version()}" + (f" (git {commit})" if commit else ""))
+        raise typer.Exit()
+
+
 @app.callback()
-def _main() -> None:
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version."
+        ),
+    ] = False,
+) -> None:
     """Feather: prefix-homogeneity-aware scheduling for LLM serving."""
+
+
+@app.command("list")
+def list_cmd(
+    what: Annotated[
+        str | None,
+        typer.Argument(help="policies, workloads, hardware or models (default: all)."),
+    ] = None,
+) -> None:
+    """The names `feather bench` takes: policies, workloads, hardware and model profiles."""
+    from feather_sched.bench.results import catalogue
+
+    cat = catalogue()
+    if what is not None and what not in cat:
+        _fail(ValueError(f"nothing called {what!r} to list; valid: {', '.join(cat)}"))
+    for section, items in cat.items():
+        if what is not None and section != what:
+            continue
+        print(f"{section}:")
+        for name, line in items:
+            print(f"  {name:<18} {line}".rstrip())
+
+
+@app.command("show")
+def show_cmd(
+    record: Annotated[Path, typer.Argument(help="A `feather bench --json` record.")],
+    csv_out: Annotated[bool, typer.Option("--csv", help="Every row field as CSV.")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="A Markdown table.")] = False,
+) -> None:
+    """Print a saved bench record: its table (default), CSV or Markdown."""
+    from feather_sched.bench.output import results_text, terminal_width
+    from feather_sched.bench.results import read_record, rows_csv, rows_markdown
+
+    if csv_out and markdown:
+        _fail(ValueError("--csv and --markdown: pick one"))
+    try:
+        payload = read_record(record)
+    except ValueError as err:
+        _fail(err)
+    rows = payload["rows"]
+    if csv_out:
+        sys.stdout.write(rows_csv(rows))
+    elif markdown:
+        print(rows_markdown(rows))
+    else:
+        cfg = payload.get("config") or {}
+        title = f"{record}: " + ", ".join(
+            f"{k} {cfg[k]}" for k in ("hardware", "model", "kernel", "seed") if k in cfg
+        )
+        print(results_text(rows, title, terminal_width()))
+
+
+@app.command("compare")
+def compare_cmd(
+    a: Annotated[Path, typer.Argument(help="Record A (the reference).")],
+    b: Annotated[Path, typer.Argument(help="Record B.")],
+) -> None:
+    """Two saved bench records side by side: each (workload, policy) in both, B / A."""
+    from feather_sched.bench.results import compare_text, read_record
+
+    try:
+        ra, rb = read_record(a), read_record(b)
+    except ValueError as err:
+        _fail(err)
+    print(compare_text(ra["rows"], rb["rows"], str(a), str(b)))
 
 
 # ---- options shared by several commands
@@ -105,7 +187,7 @@ _BenchFeatherHardware = Annotated[
     ),
 ]
 _BenchJson = Annotated[Path, typer.Option("--json", help="JSON results.")]
-_BenchPlot = Annotated[Path, typer.Option("--plot", help="PNG plot.")]
+_BenchPlot = Annotated[Path, typer.Option("--plot", help="Plot: .png, .pdf, .svg or .jpg.")]
 _BenchEngine = Annotated[
     str,
     typer.Option(help="sim: the simulator; vllm: the real vLLM engine (needs the 'vllm' extra)."),
@@ -128,6 +210,48 @@ _DropOverlong = Annotated[
 ]
 
 
+_Arrival = Annotated[
+    str | None,
+    typer.Option(
+        help="Arrival process of generated workloads: all, poisson:RATE (requests/s) or "
+        "bursts:SIZE:INTERVAL. Default: each workload's own (all at once). Not for traces.",
+    ),
+]
+_RateScale = Annotated[
+    float | None,
+    typer.Option(
+        help="Multiply the request rate (arrival times divided by it), e.g. 10 replays a "
+        "trace 10x faster.",
+    ),
+]
+_Limit = Annotated[
+    int | None,
+    typer.Option(help="Keep each workload's first N requests (by arrival)."),
+]
+_SloTtft = Annotated[
+    float | None,
+    typer.Option(help="SLO on time to first token, seconds (goodput counts requests within)."),
+]
+_SloTpot = Annotated[
+    float | None,
+    typer.Option(help="SLO on time per output token, seconds (goodput counts requests within)."),
+]
+_Rates = Annotated[
+    str | None,
+    typer.Option(
+        help="Latency-throughput sweep: comma-separated request rates (req/s); each workload "
+        "runs at each (Poisson arrivals; a trace rescaled to that mean rate), plotted.",
+    ),
+]
+_StepsOut = Annotated[
+    Path | None,
+    typer.Option(
+        help="Write the step log (JSONL): one line per step with batch, prefix groups, "
+        "admitted ids and every ADD/STOP with its features.",
+    ),
+]
+
+
 def _names(items: Sequence[str] | None) -> list[str]:
     """Names from an option that may be repeated and comma-separated; blanks dropped."""
     return [w.strip() for item in (items or []) for w in item.split(",") if w.strip()]
@@ -145,11 +269,31 @@ def _int_list(text: str, option: str) -> list[int]:
     return values
 
 
+def _float_list(text: str, option: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"{option} expects comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise ValueError(f"{option} {text!r} names no value")
+    return values
+
+
 def _fail(err: Exception) -> NoReturn:
     """Bad input found past option parsing: its message on stderr (markup-escaped, so a
     bracket in it prints as written) and exit status 2, as the option parser's errors."""
-    err_console.print(f"[red]error:[/red] {escape(str(err))}")
+    err_console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)
     raise typer.Exit(2) from None
+
+
+def _optional_names(text: str | None, option: str) -> list[str] | None:
+    """Names of a comma-separated option; None when not given; an error when given empty."""
+    if text is None:
+        return None
+    names = _names([text])
+    if not names:
+        _fail(ValueError(f"{option} {text!r} names nothing; give at least one name"))
+    return names
 
 
 @app.command("bench")
@@ -159,7 +303,7 @@ def bench(
     hardware: _Hardware = "h100",
     model: _BenchModel = None,
     kernel: _Kernel = "paged",
-    seed: Annotated[int, typer.Option(help="Workload seed.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Workload seed.")] = 0,
     max_num_seqs: _BenchMaxNumSeqs = None,
     max_batched_tokens: _MaxBatchedTokens = 8192,
     num_kv_blocks: _KvBlocks = None,
@@ -171,12 +315,32 @@ def bench(
     repeats: _BenchRepeats = 3,
     async_scheduling: _AsyncScheduling = False,
     drop_overlong: _DropOverlong = False,
+    arrival: _Arrival = None,
+    rate_scale: _RateScale = None,
+    limit: _Limit = None,
+    slo_ttft: _SloTtft = None,
+    slo_tpot: _SloTpot = None,
+    steps_out: _StepsOut = None,
+    rates: _Rates = None,
 ) -> None:
     """Run every policy on every workload (simulated, or on vLLM); table, JSON and a plot."""
+    workloads = _optional_names(",".join(workload), "--workload") if workload else None
+    policy_list = _optional_names(policies, "--policies")
     if engine == "vllm":
+        sim_only = {
+            "--arrival": arrival,
+            "--rate-scale": rate_scale,
+            "--limit": limit,
+            "--slo-ttft": slo_ttft,
+            "--slo-tpot": slo_tpot,
+            "--rates": rates,
+        }
+        given = [k for k, v in sim_only.items() if v is not None]
+        if given:
+            _fail(ValueError(f"{', '.join(given)}: simulator only for now (drop --engine vllm)"))
         vllm_spec = VllmBenchSpec(
-            workloads=_names(workload) or None,
-            policies=_names([policies or ""]) or _default_vllm_policies(),
+            workloads=workloads,
+            policies=policy_list or _default_vllm_policies(),
             model=model,
             scenarios=_kv_scenarios(num_kv_blocks),
             max_num_seqs=max_num_seqs or VllmBenchSpec.max_num_seqs,
@@ -187,14 +351,15 @@ def bench(
             async_scheduling=async_scheduling,
             policy_options=feather_prior_options(feather_hardware, model),
             drop_overlong=drop_overlong,
+            steps_out=steps_out,
         )
         return _bench_vllm(vllm_spec, json_out, plot)
     if engine != "sim":
         raise typer.BadParameter(f"expected sim or vllm, got {engine!r}", param_hint="--engine")
     try:
         spec = BenchSpec(
-            workloads=_names(workload) or list(BenchSpec.workloads),
-            policies=_names([policies or ",".join(DEFAULT_POLICIES)]),
+            workloads=workloads or list(BenchSpec.workloads),
+            policies=policy_list or list(DEFAULT_POLICIES),
             hardware=hardware,
             model=model or BenchSpec.model,  # one default, the spec's
             kernel=kernel,
@@ -208,6 +373,12 @@ def bench(
             policy_state=policy_state,
             feather_hardware=feather_hardware,
             drop_overlong=drop_overlong,
+            arrival=arrival,
+            rate_scale=rate_scale,
+            limit=limit,
+            slo=SLO(slo_ttft, slo_tpot),
+            steps_out=steps_out,
+            rates=None if rates is None else _float_list(rates, "--rates"),
         )
     except ValueError as err:
         _fail(err)
@@ -215,60 +386,18 @@ def bench(
 
 
 def _bench_sim(spec: BenchSpec, json_out: Path, plot: Path) -> None:
-    """`feather bench` (the simulator): every (workload, policy) with a progress bar."""
+    """`feather bench` (the simulator): everything checked, then the runs with rows printed
+    as each workload finishes; the JSON is written first, then the plot."""
+    from feather_sched.bench.runner import SimBench
+
     try:
-        spec.validate()
-        StepCostModel(spec.hardware, spec.model, spec.kernel)  # fail fast on bad profiles
-    except ValueError as err:
+        sim = SimBench.prepare(spec, json_out, plot)
+    except (ValueError, OSError, KeyError) as err:
         _fail(err)
-    rows = _simulate_with_progress(spec)
-    title = f"feather bench: {spec.hardware} + {spec.model}, {spec.kernel} kernel, seed {spec.seed}"
-    _report_bench(rows, title, _sim_config(spec), json_out, plot)
-
-
-def _simulate_with_progress(spec: BenchSpec) -> list[dict]:
-    """The sim bench's rows; a bar counts the runs (an oracle's sweep counts each cap)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    from feather_sched.bench.suite import run_bench
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("simulating", total=spec.total_runs())
-
-        def tick(label: str) -> None:
-            progress.update(task, advance=1, description=label)
-
-        try:
-            return run_bench(spec, on_progress=tick)
-        except (ValueError, FileNotFoundError) as err:
-            progress.stop()
-            _fail(err)
-
-
-def _sim_config(spec: BenchSpec) -> dict[str, Any]:
-    """The sim record's config: the options as given (`max_num_seqs` None when each workload
-    keeps its own), so a record says what was asked, not only what ran."""
-    engine = spec.engine
-    asked_seqs = engine.max_num_seqs if "max_num_seqs" in spec.engine_overrides else None
-    return {
-        "hardware": spec.hardware,
-        "model": spec.model,
-        "kernel": spec.kernel,
-        "seed": spec.seed,
-        "drop_overlong": spec.drop_overlong,
-        "engine": {
-            "max_num_seqs": asked_seqs,
-            "max_num_batched_tokens": engine.max_num_batched_tokens,
-            "num_kv_blocks": engine.num_kv_blocks,
-        },
-    }
+    except KeyboardInterrupt:
+        err_console.print("interrupted before any run; nothing written")
+        raise typer.Exit(130) from None
+    raise typer.Exit(sim.run())
 
 
 def _default_vllm_policies() -> list[str]:
@@ -288,13 +417,18 @@ def _kv_scenarios(num_kv_blocks: int | None) -> tuple[KvScenario, ...] | None:
 
 def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
     """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
+    from feather_sched.bench.output import check_output_path, check_plot_path
     from feather_sched.bench.vllm_engine import run_vllm_bench
 
     try:
+        check_output_path(json_out, "--json")
+        check_plot_path(plot)
+        if spec.steps_out is not None:
+            check_output_path(spec.steps_out, "--steps-out")
         spec.validate()
-        with console.status("vllm bench") as status:
+        with err_console.status("vllm bench") as status:
             rows = run_vllm_bench(spec, on_progress=lambda label: status.update(label))
-    except (ValueError, RuntimeError, FileNotFoundError) as err:
+    except (ValueError, RuntimeError, OSError) as err:
         _fail(err)
     mode = ", async scheduling" if spec.async_scheduling else ""
     model = spec.model or "tiny-llama"
@@ -305,12 +439,17 @@ def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
 def _report_bench(
     rows: list[dict], title: str, config: dict[str, Any], json_out: Path, plot: Path
 ) -> None:
-    """A bench's report, either engine: the table, the JSON record, the plot."""
-    from feather_sched.bench.report import plot_results, results_table
+    """The real-engine bench's report: the table, the JSON record (first), the plot."""
+    from feather_sched.bench.output import results_text, terminal_width
+    from feather_sched.bench.report import plot_results
+    from feather_sched.bench.runner import config_provenance
 
-    console.print(results_table(rows, title))
-    write_record(json_out, config=config, rows=rows)
-    plot_results(rows, plot, title)
+    print(results_text(rows, title, terminal_width()), flush=True)
+    write_record(json_out, config={**config_provenance(), **config}, rows=rows)
+    try:
+        plot_results(rows, plot, title)
+    except Exception as err:  # the rows are saved; a plot failure only loses the plot
+        _fail(RuntimeError(f"rows saved to {json_out}, but the plot failed: {err}"))
     console.print(f"wrote {json_out} and {plot}")
 
 

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from feather_sched.bench.context import fit_context
 from feather_sched.bench.oracle import default_caps, oracle_sweep
 from feather_sched.bench.report import add_relative
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.registry import make_policy, policy_names
+from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.sim.engine import simulate
-from feather_sched.workloads.presets import PRESETS, Preset, build_workload
+from feather_sched.sim.result import SLO
+from feather_sched.workloads.arrivals import parse_arrival
+from feather_sched.workloads.presets import PRESETS, Preset
+from feather_sched.workloads.presets import build_workload as build_workload
+from feather_sched.workloads.registry import TRACE_PREFIX, make_workload
 
 SUITE: dict[str, Preset] = PRESETS["sim"]
 """The built-in suite: its workloads by name (`workloads.presets`, scale "sim")."""
@@ -33,6 +40,13 @@ DEFAULT_POLICIES = [
     "oracle",
 ]
 BASELINE = "fcfs"
+BOUNDS = frozenset({"oracle", "max-homogeneous"})
+"""Rows that are references, not deployable policies (plots draw them apart)."""
+MAX_ARRIVAL_SPAN_S = 30 * 24 * 3600.0
+"""A workload whose arrivals span more than this (30 days) is refused: almost surely a
+timestamp in the wrong unit, and its throughput would read as 0."""
+MAX_KV_BLOCKS = 1 << 22
+"""Most KV blocks the simulator is asked to manage (it keeps state per block)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +69,21 @@ class BenchSpec:
     drop_overlong: bool = False
     """Drop requests longer than the model's context (counted in the row) instead of
     refusing the run (`bench.context`)."""
+    arrival: str | None = None
+    """Arrival process of the generated workloads (`all`, `poisson:RATE`,
+    `bursts:SIZE:INTERVAL`); None keeps each workload's own. Not for traces."""
+    rate_scale: float | None = None
+    """Multiplies the request rate: every arrival time is divided by it."""
+    limit: int | None = None
+    """Keep only each workload's first `limit` requests (by arrival)."""
+    slo: SLO = field(default_factory=SLO)
+    """Goodput counts the requests that meet it."""
+    steps_out: Path | None = None
+    """A JSONL step log (`bench.steplog`): one line per simulated step of every run."""
+    rates: tuple[float, ...] | None = None
+    """A latency-throughput sweep: each workload run at each of these request rates
+    (requests/s; Poisson arrivals for generated workloads, the trace's own timestamps
+    rescaled to that mean rate for a trace), one row set per (workload, rate)."""
 
     def feather_options(self) -> dict:
         hw = self.feather_hardware or self.hardware
@@ -63,14 +92,47 @@ class BenchSpec:
         return {"hardware": hw, "model": self.model, "kernel": self.kernel}
 
     def validate(self) -> None:
+        """Every option checked before anything runs; a ValueError names the bad value."""
         known = {*policy_names(), "oracle"}
         bad = [p for p in self.policies if p not in known]
         if bad:
             raise ValueError(f"unknown policies {bad}; valid: {', '.join(sorted(known))}")
         if not self.policies:
-            raise ValueError("no policies to run")
+            raise ValueError(f"no policies to run; valid: {', '.join(sorted(known))}")
+        dup = sorted({p for p in self.policies if list(self.policies).count(p) > 1})
+        if dup:
+            raise ValueError(f"policies named twice: {', '.join(dup)}")
         if not self.workloads:
             raise ValueError("no workloads to run")
+        if self.arrival is not None:
+            parse_arrival(self.arrival)
+            traces = [w for w in self.workloads if w.startswith(TRACE_PREFIX)]
+            if traces:
+                raise ValueError(
+                    f"--arrival {self.arrival!r} applies to generated workloads, not to "
+                    f"{traces[0]!r} (a trace keeps its own timestamps; use --rate-scale)"
+                )
+        if self.rate_scale is not None and not (
+            math.isfinite(self.rate_scale) and self.rate_scale > 0
+        ):
+            raise ValueError(f"--rate-scale must be a finite number > 0, got {self.rate_scale}")
+        if self.rates is not None:
+            if not self.rates or not all(math.isfinite(r) and r > 0 for r in self.rates):
+                raise ValueError(
+                    f"--rates must be finite request rates > 0, got {list(self.rates)}"
+                )
+            if self.arrival is not None or self.rate_scale is not None:
+                raise ValueError("--rates sets the arrivals: drop --arrival / --rate-scale")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"--limit must be an integer >= 1, got {self.limit}")
+        for name, value in (("--slo-ttft", self.slo.ttft_s), ("--slo-tpot", self.slo.tpot_s)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number of seconds > 0, got {value}")
+        blocks = self.engine.num_kv_blocks
+        if blocks is not None and not (1 <= blocks <= MAX_KV_BLOCKS):
+            raise ValueError(
+                f"--num-kv-blocks must be between 1 and {MAX_KV_BLOCKS:,}, got {blocks:,}"
+            )
 
     def engine_for(self, workload: str) -> EngineConfig:
         """The engine settings for one workload: the suite's needs, then explicit options."""
@@ -86,57 +148,256 @@ class BenchSpec:
             n += len(self.policies)
             if "oracle" in self.policies:
                 n += len(default_caps(self.engine_for(w).max_num_seqs)) - 1
-        return n
+        return n * (len(self.rates) if self.rates else 1)
+
+
+def _params(workload: Any) -> dict[str, Any]:
+    """A workload's every parameter, as JSON values (arrival as its spec string)."""
+    out: dict[str, Any] = {"generator": type(workload).__name__}
+    for f in dataclasses.fields(workload):
+        value = getattr(workload, f.name)
+        if hasattr(value, "spec") and not isinstance(value, (str, int, float)):
+            value = value.spec
+        elif isinstance(value, Path):
+            value = str(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[f.name] = value
+    return out
+
+
+def _at_rate(requests: list[Request], rate: float) -> tuple[list[Request], float]:
+    """A trace's requests rescaled to a mean rate of `rate` requests/s; the scale used."""
+    if len(requests) < 2 or requests[-1].arrival_time <= requests[0].arrival_time:
+        raise ValueError(
+            "--rates on a trace needs at least two distinct arrival times to rescale"
+        )
+    own = (len(requests) - 1) / (requests[-1].arrival_time - requests[0].arrival_time)
+    scale = rate / own
+    t0 = requests[0].arrival_time
+    return [
+        dataclasses.replace(r, arrival_time=t0 + (r.arrival_time - t0) / scale) for r in requests
+    ], scale
+
+
+def build_bench_workload(
+    name: str, spec: BenchSpec, apply_limit: bool = True, rate: float | None = None
+) -> tuple[list[Request], dict[str, Any]]:
+    """A bench workload's requests (arrival, rate scale and, unless told not to, limit
+    applied) and every parameter it was built with. Names: the suite's (`SUITE`), any
+    generator, `trace:PATH`."""
+    limit = spec.limit if apply_limit else None
+    preset = SUITE.get(name)
+    base, overrides = (preset.base, dict(preset.overrides)) if preset else (name, {})
+    is_trace = name.startswith(TRACE_PREFIX)
+    arrival = f"poisson:{rate!r}" if rate is not None and not is_trace else spec.arrival
+    if arrival is not None and not is_trace:
+        overrides["arrival"] = parse_arrival(arrival)
+        try:
+            workload = make_workload(base, **overrides)
+        except ValueError as err:
+            if "no field(s) arrival" not in str(err):
+                raise
+            raise ValueError(
+                f"workload {name!r} has no arrival process to set (arrivals {arrival})"
+            ) from None
+    elif name.startswith(TRACE_PREFIX) and limit is not None:
+        workload = make_workload(base, limit=limit, **overrides)
+    else:
+        workload = make_workload(base, **overrides)
+    requests = sorted(workload.generate(spec.seed), key=lambda r: r.arrival_time)
+    if limit is not None:
+        requests = requests[:limit]
+    if spec.rate_scale is not None and spec.rate_scale != 1:
+        t0 = requests[0].arrival_time if requests else 0.0
+        requests = [
+            dataclasses.replace(r, arrival_time=t0 + (r.arrival_time - t0) / spec.rate_scale)
+            for r in requests
+        ]
+    params = {
+        **_params(workload),
+        "limit": spec.limit,
+        "rate_scale": spec.rate_scale,
+        "requests": len(requests),
+    }
+    if rate is not None:
+        params["rate_req_s"] = rate
+        if is_trace:
+            requests, params["rate_scale"] = _at_rate(requests, rate)
+    return requests, params
+
+
+def check_requests(name: str, requests: Sequence[Request], kv_blocks: int, block_size: int) -> None:
+    """Inputs the simulator cannot give a meaningful result for, refused before any run:
+    no requests, arrivals that are not finite or span more than `MAX_ARRIVAL_SPAN_S`, and a
+    request whose prompt + output cannot fit the KV cache even alone."""
+    if not requests:
+        raise ValueError(f"workload {name!r} has no requests (an empty trace, or --limit 0?)")
+    times = [r.arrival_time for r in requests]
+    if not all(math.isfinite(t) and t >= 0 for t in times):
+        bad = next(t for t in times if not (math.isfinite(t) and t >= 0))
+        raise ValueError(f"workload {name!r}: arrival time {bad} is not a finite time >= 0")
+    span = max(times) - min(times)
+    if span > MAX_ARRIVAL_SPAN_S:
+        shown = f"{span:,.0f} s ({span / 86400:,.0f} days)" if span < 1e12 else f"{span:.3g} s"
+        raise ValueError(
+            f"workload {name!r}: arrivals span {shown}, over "
+            f"the {MAX_ARRIVAL_SPAN_S / 86400:.0f}-day limit; are the timestamps in the "
+            "right unit (Mooncake: milliseconds; feather JSONL: seconds)? --rate-scale "
+            "compresses them"
+        )
+    worst = max(requests, key=lambda r: r.prompt_len + r.output_len)
+    need = -(-(worst.prompt_len + worst.output_len) // block_size)
+    if need > kv_blocks:
+        raise ValueError(
+            f"workload {name!r}: request {worst.request_id!r} needs {need:,} KV blocks "
+            f"({worst.prompt_len:,} prompt + {worst.output_len:,} output tokens, "
+            f"{block_size} per block) but the KV cache has {kv_blocks:,}; raise "
+            "--num-kv-blocks (or leave it unset: sized from the hardware memory), or use "
+            "--limit / a smaller model"
+        )
+
+
+def _first_closed(requests: list[Request], n: int) -> list[Request]:
+    """The first n requests by arrival (a later turn never precedes its parent, so no
+    dependency is cut)."""
+    return sorted(requests, key=lambda r: r.arrival_time)[:n]
+
+
+@dataclass
+class PreparedWorkload:
+    requests: list[Request]
+    dropped: int
+    params: dict[str, Any]
+    base: str = ""
+    """The workload's name in the suite (the key adds `@RATE/s` in a sweep)."""
+    rate: float | None = None
+
+
+def prepare_workloads(spec: BenchSpec, cost: StepCostModel) -> dict[str, PreparedWorkload]:
+    """Every workload built and checked before any run starts (all errors up front)."""
+    spec.validate()
+    limit = cost.model.max_context_tokens
+    prepared: dict[str, PreparedWorkload] = {}
+    for wname, rate in [(w, r) for w in spec.workloads for r in (spec.rates or (None,))]:
+        key = wname if rate is None else f"{wname}@{rate:g}/s"
+        # With --drop-overlong, --limit counts the requests kept: the first N that fit.
+        original, params = build_bench_workload(
+            wname, spec, apply_limit=not spec.drop_overlong, rate=rate
+        )
+        requests, dropped = fit_context(
+            original, limit, spec.drop_overlong, f"{wname} on {spec.model}"
+        )
+        if spec.drop_overlong and spec.limit is not None and len(requests) > spec.limit:
+            kept = _first_closed(requests, spec.limit)
+            last = kept[-1].arrival_time
+            # dropped counts the overlong ones among the first requests, as if cut first
+            window = sum(1 for r in original if r.arrival_time <= last)
+            requests, dropped = kept, max(0, window - len(kept))
+            params["requests"] = len(requests)
+        engine = spec.engine_for(wname)
+        if engine.max_num_batched_tokens < engine.max_num_seqs:
+            raise ValueError(
+                f"--max-batched-tokens {engine.max_num_batched_tokens} is below max_num_seqs "
+                f"{engine.max_num_seqs} for workload {wname!r}; vLLM refuses this too "
+                "(max_num_batched_tokens >= max_num_seqs): raise it or lower --max-num-seqs"
+            )
+        check_requests(
+            wname, requests, engine.kv_blocks(cost.hardware, cost.model), engine.block_size
+        )
+        params["max_num_seqs"] = engine.max_num_seqs
+        prepared[key] = PreparedWorkload(requests, dropped, params, wname, rate)
+    return prepared
 
 
 def run_bench(
     spec: BenchSpec,
     on_progress: Callable[[str], None] | None = None,
+    on_rows: Callable[[list[dict]], None] | None = None,
+    on_sim: Callable[[str, int, int], None] | None = None,
+    prepared: dict[str, PreparedWorkload] | None = None,
+    rows: list[dict] | None = None,
 ) -> list[dict]:
-    """Simulate every (workload, policy) pair; one summary row each."""
-    spec.validate()
+    """Simulate every (workload, policy) pair; one summary row each.
+
+    `on_rows` gets each workload's rows as soon as they are done (with `vs_fcfs`);
+    `on_sim(label, finished, total)` reports inside a run; `rows`, when given, is filled
+    in place, so a caller keeps the finished rows if the bench is interrupted.
+    """
     cost = StepCostModel(spec.hardware, spec.model, spec.kernel)
+    workloads = prepared if prepared is not None else prepare_workloads(spec, cost)
     tick = on_progress or (lambda _label: None)
-    rows: list[dict] = []
+    rows = rows if rows is not None else []
     shared_feather = None
     if spec.policy_state is not None and "feather" in spec.policies:
         warm = spec.policy_state.is_file()
         shared_feather = FeatherPolicy(
             policy_state=spec.policy_state if warm else None, **spec.feather_options()
         )
-    limit = cost.model.max_context_tokens
-    workloads = {}
-    for wname in spec.workloads:  # all checked before any run starts
-        requests = build_workload(wname).generate(spec.seed)
-        workloads[wname] = fit_context(
-            requests, limit, spec.drop_overlong, f"{wname} on {spec.model}"
-        )
-    for wname, (requests, dropped) in workloads.items():
-        engine = spec.engine_for(wname)
-        for pname in spec.policies:
-            label = f"{wname} / {pname}"
-            if pname == "oracle":
-                result = oracle_sweep(
-                    requests,
-                    cost,
-                    engine,
-                    on_run=lambda cap, _r, label=label: tick(f"{label} (cap {cap})"),
-                )
-            else:
-                if pname == "feather":
-                    policy = shared_feather or make_policy(pname, **spec.feather_options())
-                else:
-                    policy = make_policy(pname)
-                result = simulate(requests, policy, cost, engine)
-                tick(label)
-            row = {
-                "workload": wname,
-                "max_num_seqs": engine.max_num_seqs,
-                **result.summary(),
-                "dropped_overlong": dropped,
-            }
-            rows.append(row)
+    steps_file = spec.steps_out.open("w") if spec.steps_out is not None else None
+    try:
+        for wname, prepared_workload in workloads.items():
+            start = len(rows)  # each run's row lands in `rows` as soon as it is done
+            _run_workload(
+                spec, cost, wname, prepared_workload, shared_feather, tick, on_sim, steps_file,
+                rows,
+            )
+            done = rows[start:]
+            add_relative(done, BASELINE)
+            if on_rows is not None:
+                on_rows(done)
+    finally:
+        if steps_file is not None:
+            steps_file.close()
     if shared_feather is not None and spec.policy_state is not None:
         shared_feather.save(spec.policy_state)
-    add_relative(rows, BASELINE)
     return rows
+
+
+def _run_workload(
+    spec: BenchSpec,
+    cost: StepCostModel,
+    wname: str,
+    prepared: PreparedWorkload,
+    shared_feather: FeatherPolicy | None,
+    tick: Callable[[str], None],
+    on_sim: Callable[[str, int, int], None] | None,
+    steps_file: Any,
+    rows: list[dict],
+) -> None:
+    """Every policy on one workload: a row appended to `rows` as each run finishes."""
+    from feather_sched.bench.steplog import StepRecorder
+
+    requests, dropped = prepared.requests, prepared.dropped
+    engine = spec.engine_for(prepared.base or wname)
+    for pname in spec.policies:
+        label = f"{wname} / {pname}"
+        progress = None
+        if on_sim is not None:
+            progress = lambda done, total, label=label: on_sim(label, done, total)  # noqa: E731
+        if pname == "oracle":
+            result = oracle_sweep(
+                requests,
+                cost,
+                engine,
+                on_run=lambda cap, _r, label=label: tick(f"{label} (cap {cap})"),
+            )
+        else:
+            if pname == "feather":
+                policy = shared_feather or make_policy(pname, **spec.feather_options())
+            else:
+                policy = make_policy(pname)
+            if steps_file is not None:
+                labels = {"workload": wname, "policy": pname}
+                policy = StepRecorder(policy, steps_file, labels)
+            result = simulate(requests, policy, cost, engine, progress=progress)
+            tick(label)
+        row = {
+            "workload": wname,
+            "max_num_seqs": engine.max_num_seqs,
+            **result.summary(spec.slo),
+            "dropped_overlong": dropped,
+        }
+        if prepared.rate is not None:
+            row["rate_req_s"] = prepared.rate
+        rows.append(row)

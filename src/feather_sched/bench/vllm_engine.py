@@ -131,6 +131,9 @@ class VllmBenchSpec:
     drop_overlong: bool = False
     """Drop requests longer than `max_model_len` (counted in the rows) instead of refusing
     the run: vLLM would reject them."""
+    steps_out: Path | None = None
+    """A JSONL step log (`bench.steplog`) of every Feather-engine run (vLLM's own scheduler
+    runs without a policy, so its runs log nothing)."""
 
     @property
     def scale(self) -> EngineScale:
@@ -538,13 +541,20 @@ def run_vllm_bench(
                 requests, spec.max_model_len, spec.drop_overlong, f"{w} (max_model_len)"
             )
         rows: list[dict[str, Any]] = []
-        for scenario in spec.scenarios:
-            for row in _run_scenario(spec, scenario, path, dtype, vocab, workloads, tick):
-                rows.append({**row, "dropped_overlong": dropped[row["engine_workload"]]})
-            # This scenario's engines are unreachable now; collect them before the next
-            # ones start (an engine torn down later would take the process-wide
-            # torch.distributed groups the live engines use with it).
-            gc.collect()
+        steps_file = spec.steps_out.open("w") if spec.steps_out is not None else None
+        try:
+            for scenario in spec.scenarios:
+                for row in _run_scenario(
+                    spec, scenario, path, dtype, vocab, workloads, tick, steps_file
+                ):
+                    rows.append({**row, "dropped_overlong": dropped[row["engine_workload"]]})
+                # This scenario's engines are unreachable now; collect them before the next
+                # ones start (an engine torn down later would take the process-wide
+                # torch.distributed groups the live engines use with it).
+                gc.collect()
+        finally:
+            if steps_file is not None:
+                steps_file.close()
     add_relative(rows, BASELINE, _RELATIVE)
     return rows
 
@@ -557,12 +567,15 @@ def _run_scenario(
     vocab: int,
     workloads: dict[str, list[Request]],
     tick: Callable[[str], None],
+    steps_file: Any = None,
 ) -> list[dict[str, Any]]:
     """One KV size: a default engine and a Feather engine, each policy swapped in per run."""
     engines = open_engines(spec, scenario, path, dtype, vocab)
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for rep in range(spec.repeats):
-        for key, row in run_repetition(spec, scenario, engines, workloads, rep, tick):
+        for key, row in run_repetition(
+            spec, scenario, engines, workloads, rep, tick, steps_file=steps_file
+        ):
             runs.setdefault(key, []).append(row)
     return median_rows(scenario, runs)
 
@@ -589,6 +602,7 @@ def run_repetition(
     rep: int,
     tick: Callable[[str], None],
     record_shapes: bool = False,
+    steps_file: Any = None,
 ) -> Iterator[tuple[tuple[str, str], dict[str, Any]]]:
     """One run of every (workload, policy), the baseline first; ((workload, policy), row)."""
     for wname, requests in workloads.items():
@@ -600,6 +614,12 @@ def run_repetition(
                 if state is not None and state.is_file():
                     options["policy_state"] = state
                 _set_policy(engine, pname, options)
+                if steps_file is not None:
+                    from feather_sched.bench.steplog import StepRecorder
+
+                    host = scheduler_of(engine).feather
+                    labels = {"workload": wname, "policy": pname, "scenario": scenario.name}
+                    host.policy = StepRecorder(host.policy, steps_file, {**labels, "repeat": rep})
             label = f"{scenario.name}/{wname}/{pname}/{rep}"
             tick(label)
             feather = scheduler_of(engine).feather if pname != BASELINE else None

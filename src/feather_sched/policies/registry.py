@@ -12,6 +12,8 @@ _POLICIES: dict[str, str] = {
     "fcfs": "feather_sched.policies.fcfs:FCFSPolicy",
     "lpm": "feather_sched.policies.sglang_baselines:LPMPolicy",
     "dfs-weight": "feather_sched.policies.sglang_baselines:DFSWeightPolicy",
+    "hrrn": "feather_sched.policies.sglang_baselines:HRRNPolicy",
+    "shortest-prefill-first": "feather_sched.policies.sglang_baselines:ShortestPrefillFirstPolicy",
     "lof": "feather_sched.policies.sglang_baselines:LOFPolicy",
     "random": "feather_sched.policies.sglang_baselines:RandomPolicy",
     "max-homogeneous": "feather_sched.policies.homogeneous:MaxHomogeneousPolicy",

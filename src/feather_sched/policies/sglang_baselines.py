@@ -1,4 +1,4 @@
-"""SGLang's scheduling policies: lpm, dfs-weight, lof and random (fcfs lives in `fcfs.py`).
+"""SGLang's scheduling policies: lpm, dfs-weight, hrrn, lof and random (fcfs lives in `fcfs.py`).
 
 Mirrors `python/sglang/srt/managers/schedule_policy.py` (SGLang 0.5.x): `SchedulePolicy.
 calc_priority` sorts the whole waiting queue once per scheduling pass, then `PrefillAdder` walks
@@ -31,9 +31,11 @@ __all__ = [
     "IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD",
     "WAITING_QUEUE_PREFIX_MATCH_MAX",
     "DFSWeightPolicy",
+    "HRRNPolicy",
     "LOFPolicy",
     "LPMPolicy",
     "RandomPolicy",
+    "ShortestPrefillFirstPolicy",
     "dfs_weight_order",
 ]
 
@@ -105,6 +107,12 @@ class LPMPolicy(_PrecomputedOrder):
             # admitted this step, so snapshot no more than FCFS would.
             self.last_deprioritized = frozenset()
             return list(islice(view.waiting_ids(), view.max_num_seqs))
+        ids, matched, deferred = self._prefix_matches(view)
+        inf = math.inf
+        return sorted(ids, key=lambda r: inf if r in deferred else -matched[r])
+
+    def _prefix_matches(self, view: SchedulerView) -> tuple[list[str], dict[str, int], set[str]]:
+        """SGLang `_compute_prefix_matches`: (queue, matched tokens per id, deferred ids)."""
         ids = list(view.waiting_ids())
         bs = view.block_size
         matched: dict[str, int] = {}
@@ -122,8 +130,82 @@ class LPMPolicy(_PrecomputedOrder):
                 else:
                     waiting_tree.insert(rid, prompt)
         self.last_deprioritized = frozenset(deferred)
+        return ids, matched, deferred
+
+
+class HRRNPolicy(LPMPolicy):
+    """Highest response ratio next, with token-based aging: SGLang `hrrn` (0.5.23).
+
+    Mirrors `SchedulePolicy._sort_by_hrrn`: the scheduler counts prefill tokens processed so
+    far (`processed_tokens_counter += batch.extend_num_tokens` per forward; here the
+    prefill tokens each step reports in `end_step`), snapshots the counter when a request
+    enters the waiting queue (`_add_request_to_queue`, again after a retraction: here when an
+    id is first seen waiting, again after it left), and sorts by ratio = waited tokens /
+    uncached prompt tokens, highest first; ties by request id (SGLang sorts on `(-ratio,
+    rid)`). Requests with nothing left to prefill come first, those the in-batch prefix
+    check defers last, as lpm's (`_compute_prefix_matches`). Like lpm it falls back to queue
+    order above `prefix_match_max` waiting (`_determine_active_policy`).
+    """
+
+    name = "hrrn"
+
+    def __init__(self, **kwargs: int) -> None:
+        super().__init__(**kwargs)
+        self.processed_tokens = 0
+        self._entered: dict[str, int] = {}  # waiting id -> counter when it entered
+
+    def _compute(self, view: SchedulerView) -> Iterable[str]:
+        entered = {rid: self._entered.get(rid, self.processed_tokens) for rid in view.waiting_ids()}
+        self._entered = entered  # ids that left the queue are forgotten: re-entry re-snapshots
+        if view.num_waiting > self.prefix_match_max:
+            self.last_deprioritized = frozenset()
+            return list(islice(view.waiting_ids(), view.max_num_seqs))
+        ids, matched, deferred = self._prefix_matches(view)
+        done = self.processed_tokens
         inf = math.inf
-        return sorted(ids, key=lambda r: inf if r in deferred else -matched[r])
+
+        def key(rid: str) -> tuple[float, str]:
+            if rid in deferred:
+                return (inf, rid)
+            uncached = max(0, view.request(rid).prompt_len - matched[rid])
+            if uncached <= 0:
+                return (-inf, rid)
+            return (-(max(0, done - entered[rid]) / uncached), rid)
+
+        return sorted(ids, key=key)
+
+    def end_step(
+        self, view: SchedulerView, step_time: float, batch_size: int, prefill_tokens: int = 0
+    ) -> None:
+        self.processed_tokens += int(prefill_tokens)
+
+    def reset(self) -> None:
+        super().reset()
+        self.processed_tokens = 0
+        self._entered = {}
+
+
+class ShortestPrefillFirstPolicy(LPMPolicy):
+    """Shortest uncached prefill first: SGLang's experimental `shortest-prefill-first` (0.5.23).
+
+    Mirrors `SchedulePolicy._sort_by_shortest_prefill`: sort on (deferred by the in-batch
+    prefix check, uncached prefill work = max(1, prompt - matched tokens), time it entered
+    the waiting queue). Unlike lpm and hrrn, SGLang keeps sorting above 128 waiting (no
+    fallback). Not modelled: its `shortest_prefill_chunk_limit`, which also caps a running
+    chunked prefill to leave budget for shorter waiting ones (an engine-side change), and a
+    preempted request's generated tokens in its work (the simulator matches prompts only).
+    """
+
+    name = "shortest-prefill-first"
+
+    def _compute(self, view: SchedulerView) -> Iterable[str]:
+        ids, matched, deferred = self._prefix_matches(view)
+
+        def key(rid: str) -> tuple[bool, int, float]:
+            work = max(1, view.request(rid).prompt_len - matched[rid])
+            return (rid in deferred, work, view.arrival_time(rid))
+
+        return sorted(ids, key=key)
 
 
 class DFSWeightPolicy(_PrecomputedOrder):

@@ -21,6 +21,18 @@ class RequestRecord:
     def ttft(self) -> float:
         return self.first_token - self.arrival
 
+    @property
+    def latency(self) -> float:
+        """End to end: arrival to last token."""
+        return self.finish - self.arrival
+
+    @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first (None for a one-token output)."""
+        if self.output_len <= 1:
+            return None
+        return (self.finish - self.first_token) / (self.output_len - 1)
+
 
 class StepLog:
     """Per-step series, appended cheaply (plain lists) and frozen into numpy at the end."""
@@ -42,6 +54,47 @@ class StepLog:
 TIMING_KEYS = frozenset(
     {"sim_wall_s", "sched_us_per_step", "sched_us_per_decision", "engine_admit_us_per_step"}
 )
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Service-level objective for goodput: a request meets it when its TTFT is at most
+    `ttft_s` and its TPOT at most `tpot_s` (None: that bound is not checked)."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+    def met(self, r: RequestRecord) -> bool:
+        if self.ttft_s is not None and r.ttft > self.ttft_s:
+            return False
+        tpot = r.tpot
+        return self.tpot_s is None or tpot is None or tpot <= self.tpot_s
+
+
+def _pcts(name: str, values: list[float]) -> dict[str, float | None]:
+    """`{name}_p50_s`, `_p90_s`, `_p99_s` of the values (None when there are none)."""
+    arr = np.asarray(values, dtype=np.float64)
+    return {
+        f"{name}_p{q}_s": round(float(np.percentile(arr, q)), 4) if arr.size else None
+        for q in (50, 90, 99)
+    }
+
+
+def latency_summary(
+    records: list[RequestRecord], makespan_s: float, slo: SLO | None = None
+) -> dict[str, float | None]:
+    """TTFT, TPOT and end-to-end latency percentiles, and goodput: requests per second
+    (over the makespan) that met the SLO (every request, without one)."""
+    slo = slo or SLO()
+    met = sum(1 for r in records if slo.met(r))
+    tpots = [t for r in records if (t := r.tpot) is not None]
+    return {
+        **_pcts("ttft", [r.ttft for r in records]),
+        **_pcts("tpot", tpots),
+        **_pcts("latency", [r.latency for r in records]),
+        "slo_met": met,
+        "goodput_req_s": round(met / makespan_s, 4) if makespan_s > 0 else None,
+    }
 
 
 def preemption_spread(per_request: list[int]) -> dict[str, float]:
@@ -89,10 +142,9 @@ class SimResult:
         span = self.makespan_s
         return self.output_tokens / span if span > 0 else 0.0
 
-    def summary(self) -> dict[str, float | int | str]:
-        """The numbers `feather bench` reports for one (policy, workload) run."""
-        ttft = np.array([r.ttft for r in self.records])
-        latency = np.array([r.finish - r.arrival for r in self.records])
+    def summary(self, slo: SLO | None = None) -> dict[str, float | int | str | None]:
+        """The numbers `feather bench` reports for one (policy, workload) run; goodput
+        counts the requests that met `slo`."""
         batch = self.steps["batch"]
         dur = self.steps["duration"]
         steps = max(1, self.num_steps)
@@ -110,9 +162,7 @@ class SimResult:
             if batch.size
             else 0.0,
             "mean_step_ms": round(float(dur.mean()) * 1e3, 4) if dur.size else 0.0,
-            "ttft_p50_s": round(float(np.percentile(ttft, 50)), 4) if ttft.size else 0.0,
-            "ttft_p99_s": round(float(np.percentile(ttft, 99)), 4) if ttft.size else 0.0,
-            "latency_p50_s": round(float(np.percentile(latency, 50)), 4) if latency.size else 0.0,
+            **latency_summary(self.records, self.makespan_s, slo),
             "sched_us_per_step": round(self.sched_cpu_s / steps * 1e6, 2),
             "steps": self.num_steps,
             "preemptions": self.preemptions,

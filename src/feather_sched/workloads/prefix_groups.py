@@ -187,14 +187,15 @@ class SharedPrefixWorkload(PrefixGroupWorkload):
 class LongPrefixWorkload(PrefixGroupWorkload):
     """`num_prefixes` long prefixes, `requests_per_prefix` short suffixes behind each.
 
-    The paper's headline case: one or a few prefixes of 5,000-10,000 tokens, many requests per
+    The paper's headline case (defaults: 5 prefixes of 10,000 tokens x 200 requests, the
+    bench suite's `long-prefix`): one or a few prefixes of 5,000-10,000 tokens, many requests per
     prefix, a ~20-token suffix and short outputs, so decode reads mostly prefix KV, exactly
     where batch homogeneity pays. Prefix length is `prefix_len`, or, when `prefix_len_max` is
     set, drawn per prefix uniformly from [prefix_len, prefix_len_max]. Request ids are
     "lp-NNNNNN", `group` is "prefix-G", meta["prefix_len"] the group's prefix length.
     """
 
-    num_prefixes: int = 1
+    num_prefixes: int = 5
     prefix_len: int = 10000
     prefix_len_max: int | None = None
     requests_per_prefix: int = 200

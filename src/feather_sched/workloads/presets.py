@@ -84,8 +84,9 @@ PRESETS: dict[str, dict[str, Preset]] = {
     "sim": {
         # SGLang's generated-shared-prefix shape: 64 system prompts x 16 questions.
         "shared-prefix": Preset("shared-prefix"),
-        # The paper's long-prefix case: 5 groups of 10,000-token prefixes, 20-token suffixes.
-        "long-prefix": Preset("long-prefix", {"num_prefixes": 5, "requests_per_prefix": 200}),
+        # The paper's long-prefix case: 5 groups of 10,000-token prefixes, 20-token suffixes
+        # (the generator's defaults: one name, one workload, in the bench and in Python).
+        "long-prefix": Preset("long-prefix"),
         "document-qa": Preset("document-qa"),
         "no-sharing": Preset("no-sharing"),
         **{f"paper-{g}g": paper(g) for g in (1, 2, 5, 20, 100)},
