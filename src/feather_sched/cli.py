@@ -118,6 +118,20 @@ _AsyncScheduling = Annotated[
         help="--engine vllm: run vLLM's async scheduling (the GPU default), also on CPU.",
     ),
 ]
+_BenchReplicas = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Simulate a cluster of N replicas behind each of --routers (bench.cluster).",
+    ),
+]
+_BenchRouters = Annotated[
+    str | None,
+    typer.Option(
+        help="With --replicas: comma-separated routers (pow2, prefix-affinity, feather; "
+        "default all three), each over its replica policy (fcfs, fcfs, feather).",
+    ),
+]
 _DropOverlong = Annotated[
     bool,
     typer.Option(
@@ -171,8 +185,11 @@ def bench(
     repeats: _BenchRepeats = 3,
     async_scheduling: _AsyncScheduling = False,
     drop_overlong: _DropOverlong = False,
+    replicas: _BenchReplicas = None,
+    routers: _BenchRouters = None,
 ) -> None:
-    """Run every policy on every workload (simulated, or on vLLM); table, JSON and a plot."""
+    """Run every policy on every workload (simulated, or on vLLM); table, JSON and a plot.
+    With --replicas N: every router on a simulated N-replica cluster instead."""
     if engine == "vllm":
         vllm_spec = VllmBenchSpec(
             workloads=_names(workload) or None,
@@ -211,6 +228,10 @@ def bench(
         )
     except ValueError as err:
         _fail(err)
+    if replicas is not None or routers is not None:
+        from feather_sched.bench.cluster import cli_cluster_bench
+
+        return cli_cluster_bench(spec, replicas or 4, routers, json_out, console, _fail)
     _bench_sim(spec, json_out, plot)
 
 
