@@ -232,6 +232,7 @@ class FeatherRule(RoutingRule):
         min_match_chunks: int = 1,
         cache_ttl_s: float = 300.0,
         window: int = 4096,
+        slack: int = 2,
     ) -> None:
         if balance < 1.0:
             raise ValueError(f"balance must be >= 1, got {balance}")
@@ -240,6 +241,7 @@ class FeatherRule(RoutingRule):
         self.chars_per_token = int(chars_per_token)
         self.min_match_chunks = int(min_match_chunks)
         self.cache_ttl_s = float(cache_ttl_s)
+        self.slack = int(slack)
         self._decay = 1.0 - 1.0 / max(1, window)
         self._replicas: dict[str, None] = {}
         self._holds: dict[tuple[int, int], dict[str, _Hold]] = {}
@@ -298,9 +300,9 @@ class FeatherRule(RoutingRule):
     def _eligible(self, candidates: Sequence[str], loads: Mapping[str, int]) -> list[str]:
         n = len(candidates)
         load = {r: max(loads.get(r, 0), self._load.get(r, 0)) for r in candidates}
-        cap_load = math.ceil(self.balance * (sum(load.values()) + 1) / n)
+        cap_load = math.ceil(self.balance * (sum(load.values()) + 1) / n) + self.slack
         share = {r: self._share.get(r, 0.0) for r in candidates}
-        cap_share = math.ceil(self.balance * (sum(share.values()) + 1) / n)
+        cap_share = math.ceil(self.balance * (sum(share.values()) + 1) / n) + self.slack
         both = [r for r in candidates if load[r] + 1 <= cap_load and share[r] + 1 <= cap_share]
         if both:
             return both
@@ -324,13 +326,13 @@ class FeatherRule(RoutingRule):
                 (r for r in eligible if depth[r] == best),
                 key=lambda r: (load[r], self.groups(r)),
             )
-            if max(depth.values()) > best:
-                self.stats["spilled"] += 1
-            else:
-                self.stats["matched"] += 1
+            self.stats["matched"] += 1
         else:
             first = sorted(eligible, key=lambda r: (self.groups(r), load[r]))[:1]
-            self.stats["new_group"] += 1
+            if max(depth.values()) >= self.min_match_chunks:
+                self.stats["spilled"] += 1
+            else:
+                self.stats["new_group"] += 1
         rest = sorted(
             (r for r in cands if r not in first), key=lambda r: (-depth[r], load[r])
         )
@@ -357,6 +359,16 @@ class FeatherRule(RoutingRule):
         self._sweep_at += 1
         if self._sweep_at >= 4096:
             self._sweep(now)
+
+    def cancel(self, request_id: str, now: float) -> None:
+        """Undo `on_routed` (a booking the router's framework sent elsewhere)."""
+        entry = self._routed.get(request_id)
+        if entry is None:
+            return
+        self.on_finished(request_id, entry[0], now)
+        if entry[0] in self._share:
+            self._share[entry[0]] = max(0.0, self._share[entry[0]] - 1.0)
+        self.stats["routed"] -= 1
 
     def on_finished(self, request_id, replica, now) -> None:
         entry = self._routed.pop(request_id, None)
