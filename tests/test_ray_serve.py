@@ -158,3 +158,28 @@ def test_feather_router_survives_a_replica_dying(ray_local):
     _check_exactly_once(answers)
     assert retried > 0, "the kill landed after every request finished"
     serve.delete("dying")
+
+
+def test_prefix_tree_port_agrees_with_rays_tree():
+    """routing.prefix_tree is a port of Ray's PrefixTree: same matches, same tenant sizes."""
+    from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_tree import (
+        PrefixTree as RayTree,
+    )
+
+    from feather_sched.routing.prefix_tree import PrefixTree
+
+    rng = np.random.default_rng(3)
+    ours, theirs = PrefixTree(), RayTree()
+    tenants = ["a", "b", "c"]
+    ours.add_tenants(tenants, 0)
+    theirs.add_tenants(tenants, 0)
+    heads = ["".join(rng.choice(list("xyz"), 12)) for _ in range(5)]
+    for i in range(300):
+        text = heads[rng.integers(5)] + "".join(rng.choice(list("xyz"), rng.integers(0, 8)))
+        avail = list(rng.choice(tenants, rng.integers(1, 4), replace=False))
+        assert ours.prefix_match(text, avail) == theirs.prefix_match(text, avail)
+        tenant = tenants[rng.integers(3)]
+        ours.insert(text, tenant, i)
+        theirs.insert(text, tenant, i)
+        assert ours.tenant_to_char_count == theirs.tenant_to_char_count
+        assert ours.get_smallest_tenants() == theirs.get_smallest_tenants()

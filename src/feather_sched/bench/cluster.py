@@ -128,9 +128,7 @@ def cluster_table(rows: Sequence[dict], title: str) -> Table:
             table.add_section()
         last = r["workload"]
         cells = [fmt.format(r[k]) if r.get(k) is not None else "-" for k, _, fmt in _COLUMNS]
-        rel = [
-            "-" if r.get(f"vs_{o}") is None else f"{r[f'vs_{o}']:.2f}x" for o in routers
-        ]
+        rel = ["-" if r.get(f"vs_{o}") is None else f"{r[f'vs_{o}']:.2f}x" for o in routers]
         table.add_row(r["workload"], str(r["replicas"]), r["router"], r["policy"], *cells, *rel)
     return table
 

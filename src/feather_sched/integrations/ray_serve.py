@@ -1,4 +1,4 @@
-"""Feather's prefix-homogeneity router for Ray Serve (extra `ray`: `pip install feather-sched[ray]`).
+"""Feather's prefix-homogeneity router for Ray Serve (extra `ray`: feather-sched[ray]).
 
 `FeatherRequestRouter` subclasses Ray Serve's `RequestRouter` (ray.serve.request_router, the
 public plug-in point; supported: ray 2.60) and delegates every decision to
@@ -311,5 +311,8 @@ class EmulatedEngine:
                     fut.set_result(rec)
 
     def stats(self) -> dict:
-        return {"replica": self.replica, "steps": self.engine._run.step,
-                "finished": self.engine.finished_count}
+        return {
+            "replica": self.replica,
+            "steps": self.engine._run.step,
+            "finished": self.engine.finished_count,
+        }

@@ -60,7 +60,7 @@ class PrefixTree:
             if first not in curr.children:
                 curr.children[first] = _Node(rest)
             child = curr.children[first]
-            shared = len(os.path.commonprefix([child.text, rest]))
+            shared = len(os.path.commonprefix([child.text, rest]))  # noqa: RUF071 (as Ray: characters)
             if shared < len(child.text):
                 parent = _Node(child.text[:shared])
                 parent.tenants = dict(child.tenants)
@@ -89,7 +89,7 @@ class PrefixTree:
                 break
             if not any(t in child.tenants for t in available_tenants):
                 break
-            shared = len(os.path.commonprefix([child.text, text[i:]]))
+            shared = len(os.path.commonprefix([child.text, text[i:]]))  # noqa: RUF071 (as Ray: characters)
             i += shared
             curr = child
             if shared < len(child.text):

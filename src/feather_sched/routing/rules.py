@@ -64,7 +64,9 @@ class RoutingRequest:
                 self._cache[key] = chunk_digests(self.tokens, chunk_tokens)
             else:
                 raw = np.frombuffer(self.text.encode(), dtype=np.uint8)  # type: ignore[union-attr]
-                self._cache[key] = chunk_digests(raw.astype(np.int32), chunk_tokens * chars_per_token)
+                self._cache[key] = chunk_digests(
+                    raw.astype(np.int32), chunk_tokens * chars_per_token
+                )
         return self._cache[key]
 
     def as_text(self) -> str:
@@ -333,9 +335,7 @@ class FeatherRule(RoutingRule):
                 self.stats["spilled"] += 1
             else:
                 self.stats["new_group"] += 1
-        rest = sorted(
-            (r for r in cands if r not in first), key=lambda r: (-depth[r], load[r])
-        )
+        rest = sorted((r for r in cands if r not in first), key=lambda r: (-depth[r], load[r]))
         return [first, rest]
 
     # ------------------------------------------------------------------ bookkeeping
@@ -393,7 +393,11 @@ class FeatherRule(RoutingRule):
         self._sweep_at = 0
         for key in list(self._holds):
             holders = self._holds[key]
-            for r in [r for r, h in holders.items() if not h.outstanding and now - h.last > self.cache_ttl_s]:
+            for r in [
+                r
+                for r, h in holders.items()
+                if not h.outstanding and now - h.last > self.cache_ttl_s
+            ]:
                 del holders[r]
             if not holders:
                 del self._holds[key]
