@@ -208,8 +208,12 @@ class FeatherRule(RoutingRule):
     replica's prefix groups are the level-0 keys it is running.
 
     The rule is bounded-load consistent placement. A replica is *eligible* while taking the
-    request keeps it within `balance` x the mean of both its queue (outstanding requests)
-    and its recent share of routed requests (decayed over `window` routings). Among eligible
+    request keeps it within `balance` x the mean (rounded up) plus `slack` requests, of both
+    its queue (outstanding requests) and its recent share of routed requests (decayed over
+    `window` routings). The slack is there because a multiplicative bound is all but exact
+    while few requests are in flight (mean 1: cap 2), which splits groups for no balance
+    gain (a queue two longer than the mean joins the same batches); over many requests it
+    vanishes against the mean. Among eligible
     replicas: the ones holding the request's deepest prefix (at least `min_match_chunks`
     chunks), least loaded first; if none holds any of it, the request opens a group, on the
     eligible replica running the fewest groups (then the shortest queue). A group larger
