@@ -119,7 +119,7 @@ def test_feather_router_routes_and_groups(ray_local):
         per_replica[a["replica"]] = per_replica.get(a["replica"], 0) + 1
     # every replica serves, none more than the balance bound allows (+ its slack)
     assert len(per_replica) == 3
-    assert max(per_replica.values()) <= 1.2 * len(reqs) / 3 + 3
+    assert max(per_replica.values()) <= 1.2 * len(reqs) / 3 + 1 + 3  # ceil + slack
     # a prefix group stays on few replicas (pow2 would spray each over all 3)
     assert np.mean([len(h) for h in homes.values()]) <= 1.5
     serve.delete("feather")

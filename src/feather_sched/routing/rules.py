@@ -208,12 +208,14 @@ class FeatherRule(RoutingRule):
     replica's prefix groups are the level-0 keys it is running.
 
     The rule is bounded-load consistent placement. A replica is *eligible* while taking the
-    request keeps it within `balance` x the mean (rounded up) plus `slack` requests, of both
-    its queue (outstanding requests) and its recent share of routed requests (decayed over
-    `window` routings). The slack is there because a multiplicative bound is all but exact
-    while few requests are in flight (mean 1: cap 2), which splits groups for no balance
-    gain (a queue two longer than the mean joins the same batches); over many requests it
-    vanishes against the mean. Among eligible
+    request keeps it within `balance` x the mean (rounded up) plus `slack` requests (default:
+    one per replica), of both its queue (outstanding requests) and its recent share of
+    routed requests (decayed over `window` routings). The slack is there because a
+    multiplicative bound is all but exact while few requests are in flight (mean 1: cap 2),
+    which splits groups for no balance gain (a queue a few longer than the mean joins the
+    same batches); over many requests it vanishes against the mean. Measured
+    (benchmarks/cluster.md): a fixed 2 split document-qa's groups at 8 replicas (0.68x
+    prefix-affinity); one per replica does not, and changes nothing at 2 and 4. Among eligible
     replicas: the ones holding the request's deepest prefix (at least `min_match_chunks`
     chunks), least loaded first; if none holds any of it, the request opens a group, on the
     eligible replica running the fewest groups (then the shortest queue). A group larger
@@ -238,7 +240,7 @@ class FeatherRule(RoutingRule):
         min_match_chunks: int = 1,
         cache_ttl_s: float = 300.0,
         window: int = 4096,
-        slack: int = 2,
+        slack: int | None = None,
     ) -> None:
         if balance < 1.0:
             raise ValueError(f"balance must be >= 1, got {balance}")
@@ -247,7 +249,7 @@ class FeatherRule(RoutingRule):
         self.chars_per_token = int(chars_per_token)
         self.min_match_chunks = int(min_match_chunks)
         self.cache_ttl_s = float(cache_ttl_s)
-        self.slack = int(slack)
+        self.slack = slack
         self._decay = 1.0 - 1.0 / max(1, window)
         self._replicas: dict[str, None] = {}
         self._holds: dict[tuple[int, int], dict[str, _Hold]] = {}
@@ -305,10 +307,11 @@ class FeatherRule(RoutingRule):
 
     def _eligible(self, candidates: Sequence[str], loads: Mapping[str, int]) -> list[str]:
         n = len(candidates)
+        slack = n if self.slack is None else self.slack
         load = {r: max(loads.get(r, 0), self._load.get(r, 0)) for r in candidates}
-        cap_load = math.ceil(self.balance * (sum(load.values()) + 1) / n) + self.slack
+        cap_load = math.ceil(self.balance * (sum(load.values()) + 1) / n) + slack
         share = {r: self._share.get(r, 0.0) for r in candidates}
-        cap_share = math.ceil(self.balance * (sum(share.values()) + 1) / n) + self.slack
+        cap_share = math.ceil(self.balance * (sum(share.values()) + 1) / n) + slack
         both = [r for r in candidates if load[r] + 1 <= cap_load and share[r] + 1 <= cap_share]
         if both:
             return both
