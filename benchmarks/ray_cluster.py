@@ -75,7 +75,9 @@ async def drive(handle, reqs) -> tuple[list[dict], float]:
             await asyncio.sleep(delay)
         ids = r.prompt.tolist()
         payload = CompletionRequest(
-            r.request_id, prompt=tokens_to_text(r.prompt), max_tokens=r.output_len,
+            r.request_id,
+            prompt=tokens_to_text(r.prompt),
+            max_tokens=r.output_len,
             prompt_token_ids=ids,
         )
         tasks.append(asyncio.ensure_future(one(r, payload)))
