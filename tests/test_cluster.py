@@ -185,3 +185,23 @@ def test_cluster_bench_rows():
         assert key in rows[0]
     with pytest.raises(ValueError):
         ClusterBenchSpec(routers=("nope",)).validate()
+
+
+def test_cli_bench_replicas(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from feather_sched.cli import app
+
+    out = tmp_path / "c.json"
+    args = ["bench", "--replicas", "2", "--routers", "pow2,feather", "-w", "document-qa"]
+    result = CliRunner().invoke(app, [*args, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["router"], r["policy"], r["replicas"]) for r in rows] == [
+        ("pow2", "fcfs", 2),
+        ("feather", "feather", 2),
+    ]
+    bad = CliRunner().invoke(app, ["bench", "--replicas", "2", "--routers", "nope"])
+    assert bad.exit_code != 0
