@@ -200,6 +200,20 @@ _AsyncScheduling = Annotated[
         help="--engine vllm: run vLLM's async scheduling (the GPU default), also on CPU.",
     ),
 ]
+_BenchReplicas = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Simulate a cluster of N replicas behind each of --routers (bench.cluster).",
+    ),
+]
+_BenchRouters = Annotated[
+    str | None,
+    typer.Option(
+        help="With --replicas: comma-separated routers (pow2, prefix-affinity, feather; "
+        "default all three), each over its replica policy (fcfs, fcfs, feather).",
+    ),
+]
 _DropOverlong = Annotated[
     bool,
     typer.Option(
@@ -322,8 +336,11 @@ def bench(
     slo_tpot: _SloTpot = None,
     steps_out: _StepsOut = None,
     rates: _Rates = None,
+    replicas: _BenchReplicas = None,
+    routers: _BenchRouters = None,
 ) -> None:
-    """Run every policy on every workload (simulated, or on vLLM); table, JSON and a plot."""
+    """Run every policy on every workload (simulated, or on vLLM); table, JSON and a plot.
+    With --replicas N: every router on a simulated N-replica cluster instead."""
     workloads = _optional_names(",".join(workload), "--workload") if workload else None
     policy_list = _optional_names(policies, "--policies")
     if engine == "vllm":
@@ -334,6 +351,8 @@ def bench(
             "--slo-ttft": slo_ttft,
             "--slo-tpot": slo_tpot,
             "--rates": rates,
+            "--replicas": replicas,
+            "--routers": routers,
         }
         given = [k for k, v in sim_only.items() if v is not None]
         if given:
@@ -382,6 +401,10 @@ def bench(
         )
     except ValueError as err:
         _fail(err)
+    if replicas is not None or routers is not None:
+        from feather_sched.bench.cluster import cli_cluster_bench
+
+        return cli_cluster_bench(spec, replicas or 4, routers, json_out, console, _fail)
     _bench_sim(spec, json_out, plot)
 
 

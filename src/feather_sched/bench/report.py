@@ -136,9 +136,7 @@ def plot_sweep(rows: Sequence[dict], path: Path, title: str) -> Path:
 
     bases = list(dict.fromkeys(r["workload"].rsplit("@", 1)[0] for r in rows))
     policies = list(dict.fromkeys(r["policy"] for r in rows))
-    fig, axes = plt.subplots(
-        2, len(bases), figsize=(max(6.0, 5.0 * len(bases)), 8), squeeze=False
-    )
+    fig, axes = plt.subplots(2, len(bases), figsize=(max(6.0, 5.0 * len(bases)), 8), squeeze=False)
     for col, base in enumerate(bases):
         for row_i, (key, label) in enumerate(
             (("ttft_p99_s", "TTFT p99, s"), ("tpot_p99_s", "TPOT p99, s"))
@@ -148,7 +146,8 @@ def plot_sweep(rows: Sequence[dict], path: Path, title: str) -> Path:
                 pts = sorted(
                     (r["rate_req_s"], r["output_tok_s"], r.get(key))
                     for r in rows
-                    if r["policy"] == p and r["workload"].rsplit("@", 1)[0] == base
+                    if r["policy"] == p
+                    and r["workload"].rsplit("@", 1)[0] == base
                     and r.get(key) is not None
                 )
                 style = "--" if p in BOUNDS else "-"

@@ -105,8 +105,11 @@ def compare_text(a: Sequence[dict], b: Sequence[dict], name_a: str, name_b: str)
     pairs = compare_rows(a, b)
     if not pairs:
         return f"no (workload, policy) pair in common between {name_a} and {name_b}"
-    lines = [f"A = {name_a}", f"B = {name_b}", "ratio B/A (tok/s, goodput: higher is better;"
-             " latencies: lower is better)"]
+    lines = [
+        f"A = {name_a}",
+        f"B = {name_b}",
+        "ratio B/A (tok/s, goodput: higher is better; latencies: lower is better)",
+    ]
     for p in pairs:
         lines.append(f"{p['workload']} / {p['policy']}")
         for f in HEADLINE:

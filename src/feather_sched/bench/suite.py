@@ -169,9 +169,7 @@ def _params(workload: Any) -> dict[str, Any]:
 def _at_rate(requests: list[Request], rate: float) -> tuple[list[Request], float]:
     """A trace's requests rescaled to a mean rate of `rate` requests/s; the scale used."""
     if len(requests) < 2 or requests[-1].arrival_time <= requests[0].arrival_time:
-        raise ValueError(
-            "--rates on a trace needs at least two distinct arrival times to rescale"
-        )
+        raise ValueError("--rates on a trace needs at least two distinct arrival times to rescale")
     own = (len(requests) - 1) / (requests[-1].arrival_time - requests[0].arrival_time)
     scale = rate / own
     t0 = requests[0].arrival_time
@@ -339,7 +337,14 @@ def run_bench(
         for wname, prepared_workload in workloads.items():
             start = len(rows)  # each run's row lands in `rows` as soon as it is done
             _run_workload(
-                spec, cost, wname, prepared_workload, shared_feather, tick, on_sim, steps_file,
+                spec,
+                cost,
+                wname,
+                prepared_workload,
+                shared_feather,
+                tick,
+                on_sim,
+                steps_file,
                 rows,
             )
             done = rows[start:]

@@ -1,0 +1,428 @@
+"""Cluster routing rules: which replica serves a request.
+
+One rule object holds a router's state and answers `rank(request, candidates, loads, now)`
+with ranked tiers of replica ids, the shape Ray Serve's `RequestRouter.choose_replicas`
+returns; `pick` turns tiers into one replica the way Ray's router does (the first non-empty
+tier, its replica with the shortest queue, the earlier one on a tie). The simulator's cluster
+mode (`sim.cluster`) and the Ray Serve router (`integrations.ray_serve`) drive the same rule
+objects, so the simulated and the real routers decide alike.
+
+- `Pow2Rule`: Ray Serve's default, `PowerOfTwoChoicesRequestRouter` (two distinct replicas
+  drawn uniformly; the shorter queue wins).
+- `PrefixAffinityRule`: Ray Serve LLM's `PrefixCacheAffinityRouter` (ray 2.60.0,
+  `ray/llm/_internal/serve/routing_policies/prefix_aware/prefix_aware_router.py`): pow2 when
+  the replicas' queue lengths differ by more than `imbalanced_threshold` (default: never);
+  else a prefix match of the prompt against its character tree; match rate >=
+  `match_rate_threshold` (0.1): the replicas owning the matched node, else the replicas
+  with the fewest characters in the tree; the prompt goes into the tree once routed.
+- `FeatherRule`: Feather's rule (see its docstring).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from feather_sched.index.cht import chunk_digests, deepest_true
+from feather_sched.routing.prefix_tree import PrefixTree, tokens_to_text
+
+Tiers = list[list[str]]
+
+
+@dataclass(eq=False)
+class RoutingRequest:
+    """What a router sees of a request: an id and its prompt, as token ids or as text."""
+
+    request_id: str
+    tokens: np.ndarray | None = None
+    text: str | None = None
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.tokens is None and self.text is None:
+            raise ValueError(f"request {self.request_id!r}: needs tokens or text")
+
+    @property
+    def length(self) -> int:
+        """Prompt length in the units the chain is cut in (tokens, else UTF-8 bytes)."""
+        if self.tokens is not None:
+            return len(self.tokens)
+        return len(self.text.encode())  # type: ignore[union-attr]
+
+    def chain(self, chunk_tokens: int, chars_per_token: int = 4) -> list[int]:
+        """The prompt's chained chunk digests (the CHT's hashing): over the token ids at
+        `chunk_tokens`, else over the text's UTF-8 bytes at `chunk_tokens * chars_per_token`
+        bytes a chunk (a deterministic chunking of the text)."""
+        key = ("chain", chunk_tokens, chars_per_token)
+        if key not in self._cache:
+            if self.tokens is not None:
+                self._cache[key] = chunk_digests(self.tokens, chunk_tokens)
+            else:
+                raw = np.frombuffer(self.text.encode(), dtype=np.uint8)  # type: ignore[union-attr]
+                self._cache[key] = chunk_digests(
+                    raw.astype(np.int32), chunk_tokens * chars_per_token
+                )
+        return self._cache[key]
+
+    def as_text(self) -> str:
+        if self.text is not None:
+            return self.text
+        if "text" not in self._cache:
+            self._cache["text"] = tokens_to_text(self.tokens)  # type: ignore[arg-type]
+        return self._cache["text"]
+
+
+def pick(tiers: Tiers, loads: Mapping[str, int]) -> str | None:
+    """Ray's choice among ranked tiers: the first non-empty tier's shortest queue (the first
+    listed on a tie). None if every tier is empty."""
+    for tier in tiers:
+        if tier:
+            best = tier[0]
+            for r in tier[1:]:
+                if loads.get(r, 0) < loads.get(best, 0):
+                    best = r
+            return best
+    return None
+
+
+class RoutingRule(ABC):
+    """A router's state and decision. `loads` are the replicas' queue lengths (requests
+    routed there and not finished), as Ray's router caches them."""
+
+    name: str = "rule"
+
+    def add_replica(self, replica: str, now: float) -> None:  # noqa: B027
+        """A replica joined."""
+
+    def remove_replica(self, replica: str) -> None:  # noqa: B027
+        """A replica left (scaled down or died): forget what it held."""
+
+    @abstractmethod
+    def rank(
+        self,
+        request: RoutingRequest,
+        candidates: Sequence[str],
+        loads: Mapping[str, int],
+        now: float,
+    ) -> Tiers:
+        """Ranked tiers of candidate replicas for `request`."""
+
+    def on_routed(self, request: RoutingRequest, replica: str, now: float) -> None:  # noqa: B027
+        """`request` was sent to `replica`."""
+
+    def on_finished(self, request_id: str, replica: str, now: float) -> None:  # noqa: B027
+        """A request routed to `replica` finished (or failed)."""
+
+
+class Pow2Rule(RoutingRule):
+    """Ray Serve's default: two distinct replicas uniformly at random, in random order
+    (`PowerOfTwoChoicesRequestRouter.choose_replicas`); `pick` takes the shorter queue."""
+
+    name = "pow2"
+
+    def __init__(self, seed: int | None = 0) -> None:
+        self._rng = random.Random(seed)
+
+    def rank(self, request, candidates, loads, now) -> Tiers:
+        return [pow2_choice(self._rng, candidates)]
+
+
+def pow2_choice(rng: random.Random, candidates: Sequence[str]) -> list[str]:
+    """Ray's pow2 draw: i uniform in [0, n), j uniform among the others."""
+    n = len(candidates)
+    if n == 0:
+        return []
+    if n == 1:
+        return [candidates[0]]
+    if n == 2:
+        return list(candidates) if rng.getrandbits(1) else [candidates[1], candidates[0]]
+    i = rng.randrange(n)
+    j = rng.randrange(n - 1)
+    if j >= i:
+        j += 1
+    return [candidates[i], candidates[j]]
+
+
+class PrefixAffinityRule(RoutingRule):
+    """Ray Serve LLM's `PrefixCacheAffinityRouter` decision, step for step (module docstring);
+    its tree is `routing.prefix_tree.PrefixTree`, a port of Ray's."""
+
+    name = "prefix-affinity"
+
+    def __init__(
+        self,
+        imbalanced_threshold: float = float("inf"),
+        match_rate_threshold: float = 0.1,
+        seed: int | None = 0,
+    ) -> None:
+        self.imbalanced_threshold = imbalanced_threshold
+        self.match_rate_threshold = match_rate_threshold
+        self.tree = PrefixTree()
+        self._rng = random.Random(seed)
+
+    def add_replica(self, replica, now) -> None:
+        self.tree.add_tenants([replica], now)
+
+    def remove_replica(self, replica) -> None:
+        self.tree.remove_tenants([replica])
+
+    def rank(self, request, candidates, loads, now) -> Tiers:
+        fallback = [pow2_choice(self._rng, candidates)]
+        if not candidates:
+            return fallback
+        text = request.as_text()
+        queue = [loads.get(r, 0) for r in candidates]
+        if max(queue) - min(queue) > self.imbalanced_threshold:
+            return fallback
+        matched, tenants = self.tree.prefix_match(text, list(candidates))
+        rate = len(matched) / len(text) if text else 0.0
+        if rate < self.match_rate_threshold:
+            chosen = self.tree.get_smallest_tenants() or []
+        else:
+            chosen = tenants or []
+        chosen = [r for r in chosen if r in set(candidates)]
+        return [chosen] if chosen else fallback
+
+    def on_routed(self, request, replica, now) -> None:
+        self.tree.insert(request.as_text(), replica, now)
+
+
+@dataclass(slots=True)
+class _Hold:
+    outstanding: int = 0
+    last: float = -math.inf
+
+
+class FeatherRule(RoutingRule):
+    """Concentrate each prefix group on as few replicas as the load bound allows.
+
+    The router keeps the chained chunk digests (the CHT's keys: `(level, digest)` names a
+    prompt prefix through chunk `level`) of every request it routed, per replica: how many
+    routed-and-unfinished requests hold each key there, and when one last did (a replica's
+    prefix cache keeps a prefix for a while after its requests finish: `cache_ttl_s`). A
+    replica's prefix groups are the level-0 keys it is running.
+
+    The rule is bounded-load consistent placement. A replica is *eligible* while taking the
+    request keeps it within `balance` x the mean (rounded up) plus `slack` requests (default:
+    one per replica), of both its queue (outstanding requests) and its recent share of
+    routed requests (decayed over `window` routings). The slack is there because a
+    multiplicative bound is all but exact while few requests are in flight (mean 1: cap 2),
+    which splits groups for no balance gain (a queue a few longer than the mean joins the
+    same batches); over many requests it vanishes against the mean. Measured
+    (benchmarks/cluster.md): a fixed 2 split document-qa's groups at 8 replicas (0.68x
+    prefix-affinity); one per replica does not, and changes nothing at 2 and 4. Among eligible
+    replicas: the ones holding the request's deepest prefix (at least `min_match_chunks`
+    chunks), least loaded first; if none holds any of it, the request opens a group, on the
+    eligible replica running the fewest groups (then the shortest queue). A group larger
+    than one replica's fair share spills to the next replica only when its holders reach
+    the bound, and then it has two homes; a group never gets more homes than load needs.
+
+    Why bounds, not a learned weight: concentration is free until it unbalances replicas,
+    and `balance` is the unbalance the operator accepts (it caps `load_imbalance` at
+    ~`balance`). What is learned online is the group structure itself (which prefixes
+    exist, how much of the load each carries, who holds them); the rule never reads a
+    workload label. With no sharing (every request its own group), the rule is
+    join-the-shortest-queue, never worse balanced than pow2.
+    """
+
+    name = "feather"
+
+    def __init__(
+        self,
+        balance: float = 1.2,
+        chunk_tokens: int = 64,
+        chars_per_token: int = 4,
+        min_match_chunks: int = 1,
+        cache_ttl_s: float = 300.0,
+        window: int = 4096,
+        slack: int | None = None,
+    ) -> None:
+        if balance < 1.0:
+            raise ValueError(f"balance must be >= 1, got {balance}")
+        self.balance = float(balance)
+        self.chunk_tokens = int(chunk_tokens)
+        self.chars_per_token = int(chars_per_token)
+        self.min_match_chunks = int(min_match_chunks)
+        self.cache_ttl_s = float(cache_ttl_s)
+        self.slack = slack
+        self._decay = 1.0 - 1.0 / max(1, window)
+        self._replicas: dict[str, None] = {}
+        self._holds: dict[tuple[int, int], dict[str, _Hold]] = {}
+        self._load: dict[str, int] = {}
+        self._share: dict[str, float] = {}
+        self._groups: dict[str, dict[tuple[int, int], int]] = {}
+        self._routed: dict[str, tuple[str, list[tuple[int, int]]]] = {}
+        self._sweep_at = 0
+        self.stats = {"routed": 0, "matched": 0, "new_group": 0, "spilled": 0}
+
+    # ------------------------------------------------------------------ replicas
+    def add_replica(self, replica, now) -> None:
+        if replica in self._replicas:
+            return
+        self._replicas[replica] = None
+        self._load[replica] = 0
+        # a newcomer starts at the mean share: it is not owed the whole history
+        shares = [self._share[r] for r in self._share]
+        self._share[replica] = sum(shares) / len(shares) if shares else 0.0
+        self._groups[replica] = {}
+
+    def remove_replica(self, replica) -> None:
+        if replica not in self._replicas:
+            return
+        del self._replicas[replica]
+        for d in (self._load, self._share, self._groups):
+            d.pop(replica, None)
+        for key in list(self._holds):
+            holders = self._holds[key]
+            holders.pop(replica, None)
+            if not holders:
+                del self._holds[key]
+        for rid in [i for i, (r, _) in self._routed.items() if r == replica]:
+            del self._routed[rid]
+
+    def load(self, replica: str) -> int:
+        return self._load.get(replica, 0)
+
+    def groups(self, replica: str) -> int:
+        return len(self._groups.get(replica, ()))
+
+    # ------------------------------------------------------------------ decision
+    def _keys(self, request: RoutingRequest) -> list[tuple[int, int]]:
+        chain = request.chain(self.chunk_tokens, self.chars_per_token)
+        return list(enumerate(chain))
+
+    def _holds_at(self, key: tuple[int, int], replica: str, now: float) -> bool:
+        h = self._holds.get(key, {}).get(replica)
+        return h is not None and (h.outstanding > 0 or now - h.last <= self.cache_ttl_s)
+
+    def depth(self, request: RoutingRequest, replica: str, now: float) -> int:
+        """Leading chunks of the request's prompt `replica` is running or has cached."""
+        keys = self._keys(request)
+        return deepest_true(len(keys), lambda i: self._holds_at(keys[i], replica, now))
+
+    def _eligible(self, candidates: Sequence[str], loads: Mapping[str, int]) -> list[str]:
+        n = len(candidates)
+        slack = n if self.slack is None else self.slack
+        load = {r: max(loads.get(r, 0), self._load.get(r, 0)) for r in candidates}
+        cap_load = math.ceil(self.balance * (sum(load.values()) + 1) / n) + slack
+        share = {r: self._share.get(r, 0.0) for r in candidates}
+        cap_share = math.ceil(self.balance * (sum(share.values()) + 1) / n) + slack
+        both = [r for r in candidates if load[r] + 1 <= cap_load and share[r] + 1 <= cap_share]
+        if both:
+            return both
+        # the two bounds disagree (a slow replica with a long queue and a small share):
+        # the queue bound wins, it is the one latency feels
+        return [r for r in candidates if load[r] + 1 <= cap_load] or list(candidates)
+
+    def rank(self, request, candidates, loads, now) -> Tiers:
+        cands = [r for r in candidates if r in self._replicas] or list(candidates)
+        for r in cands:
+            if r not in self._replicas:
+                self.add_replica(r, now)
+        if not cands:
+            return []
+        eligible = self._eligible(cands, loads)
+        load = {r: max(loads.get(r, 0), self._load.get(r, 0)) for r in cands}
+        depth = {r: self.depth(request, r, now) for r in cands}
+        best = max(depth[r] for r in eligible)
+        if best >= self.min_match_chunks:
+            first = sorted(
+                (r for r in eligible if depth[r] == best),
+                key=lambda r: (load[r], self.groups(r)),
+            )
+            self.stats["matched"] += 1
+        else:
+            first = sorted(eligible, key=lambda r: (self.groups(r), load[r]))[:1]
+            if max(depth.values()) >= self.min_match_chunks:
+                self.stats["spilled"] += 1
+            else:
+                self.stats["new_group"] += 1
+        rest = sorted((r for r in cands if r not in first), key=lambda r: (-depth[r], load[r]))
+        return [first, rest]
+
+    # ------------------------------------------------------------------ bookkeeping
+    def on_routed(self, request, replica, now) -> None:
+        if replica not in self._replicas:
+            self.add_replica(replica, now)
+        keys = self._keys(request)
+        for key in keys:
+            h = self._holds.setdefault(key, {}).setdefault(replica, _Hold())
+            h.outstanding += 1
+            h.last = now
+        if keys:
+            g = self._groups[replica]
+            g[keys[0]] = g.get(keys[0], 0) + 1
+        self._load[replica] += 1
+        for r in self._share:
+            self._share[r] *= self._decay
+        self._share[replica] += 1.0
+        self._routed[request.request_id] = (replica, keys)
+        self.stats["routed"] += 1
+        self._sweep_at += 1
+        if self._sweep_at >= 4096:
+            self._sweep(now)
+
+    def cancel(self, request_id: str, now: float) -> None:
+        """Undo `on_routed` (a booking the router's framework sent elsewhere)."""
+        entry = self._routed.get(request_id)
+        if entry is None:
+            return
+        self.on_finished(request_id, entry[0], now)
+        if entry[0] in self._share:
+            self._share[entry[0]] = max(0.0, self._share[entry[0]] - 1.0)
+        self.stats["routed"] -= 1
+
+    def on_finished(self, request_id, replica, now) -> None:
+        entry = self._routed.pop(request_id, None)
+        if entry is None:
+            return
+        replica, keys = entry
+        for key in keys:
+            h = self._holds.get(key, {}).get(replica)
+            if h is not None:
+                h.outstanding -= 1
+                h.last = now
+        if keys and replica in self._groups:
+            g = self._groups[replica]
+            g[keys[0]] -= 1
+            if g[keys[0]] <= 0:
+                del g[keys[0]]
+        if replica in self._load:
+            self._load[replica] -= 1
+
+    def _sweep(self, now: float) -> None:
+        """Forget prefixes no replica runs and none has cached (bounded memory)."""
+        self._sweep_at = 0
+        for key in list(self._holds):
+            holders = self._holds[key]
+            for r in [
+                r
+                for r, h in holders.items()
+                if not h.outstanding and now - h.last > self.cache_ttl_s
+            ]:
+                del holders[r]
+            if not holders:
+                del self._holds[key]
+
+
+RULES = {"pow2": Pow2Rule, "prefix-affinity": PrefixAffinityRule, "feather": FeatherRule}
+"""Routers by name (`feather bench --routers`)."""
+
+REPLICA_POLICY = {"pow2": "fcfs", "prefix-affinity": "fcfs", "feather": "feather"}
+"""Each router's replica policy in the cluster bench: Ray's routers over engines' own FCFS
+scheduling, Feather's router over Feather's scheduler."""
+
+
+def make_rule(name: str, seed: int | None = 0, **kwargs) -> RoutingRule:
+    try:
+        cls = RULES[name]
+    except KeyError:
+        raise ValueError(f"unknown router {name!r}; valid: {', '.join(RULES)}") from None
+    if cls is FeatherRule:
+        return cls(**kwargs)
+    return cls(seed=seed, **kwargs)

@@ -1,0 +1,253 @@
+"""Multi-replica simulation: N engines behind a router, on one clock.
+
+Each replica is today's simulator engine (`sim.engine.Simulator`, its own policy, KV cache
+and CHT), driven one step at a time instead of run to completion (`ReplicaEngine`). The
+cluster is a discrete-event loop over one clock: the next event is either an arrival (the
+router ranks the replicas with a `routing.rules` rule and the request joins the chosen
+replica's queue) or the step of the replica whose clock is earliest (a replica's clock is the
+end of its last step; a busy replica's next step starts there, an idle one's when a request
+reaches it). The router sees what Ray Serve's router sees: each replica's queue length
+(requests routed there and not finished), updated as requests finish.
+
+A conversation's later turn (`meta["depends_on"]`) is routed when its parent finishes, on
+whichever replica that was, at max(its arrival, the parent's finish), as the single engine
+releases it.
+
+Not modelled: Ray's `max_ongoing_requests` back-pressure (every request is routed on
+arrival; the engines' own queues hold the excess, as in an LLM deployment whose
+`max_ongoing_requests` is above its batch size) and network or routing latency.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from feather_sched.policies.base import Policy
+from feather_sched.request import Request
+from feather_sched.routing.rules import RoutingRequest, RoutingRule, pick
+from feather_sched.sim.config import EngineConfig
+from feather_sched.sim.cost.step_model import StepCostModel
+from feather_sched.sim.engine import SimulationError, Simulator, _Run
+from feather_sched.sim.result import RequestRecord, SimResult
+
+
+class ReplicaEngine(Simulator):
+    """A simulator engine that takes its requests one at a time and runs one step per call.
+
+    The step is `Simulator.run`'s loop body (release, serve running, admit, cost, emit,
+    feed back), so a replica decides exactly as a single engine does; a one-replica cluster
+    reproduces `simulate` exactly (tests/test_cluster.py checks it)."""
+
+    def open(self) -> None:
+        self._run: _Run = self._start([])
+
+    def submit(self, req: Request) -> None:
+        """`req` reaches this replica at `req.arrival_time` (its queue, from then on)."""
+        run = self._run
+        if not self.has_work():
+            self._now = max(self._now, req.arrival_time)
+        run.pending.append(req)
+        run.total += 1
+
+    def has_work(self) -> bool:
+        run = self._run
+        return bool(self._running or self._waiting or run.cursor < len(run.pending))
+
+    @property
+    def finished_count(self) -> int:
+        return self._run.finished
+
+    def step(self) -> list[RequestRecord]:
+        """One engine step; the requests it finished."""
+        run = self._run
+        done_before = len(run.records)
+        run.step += 1
+        if run.step > self.config.max_steps:
+            raise SimulationError(f"exceeded max_steps={self.config.max_steps}")
+        self._release_arrivals(run)
+        if not self._running and not self._waiting:
+            # only future arrivals queued here: wait for the first
+            if run.cursor < len(run.pending):
+                self._now = max(self._now, run.pending[run.cursor].arrival_time)
+            return []
+        scheduled, budget, preempted = self._serve_running()
+        self._admit_waiting(run, scheduled, budget, preempted)
+        dt, prefill_tokens = self._cost_step(run, scheduled)
+        self._emit(run, scheduled)
+        self._feedback(run, dt, len(scheduled), prefill_tokens)
+        return run.records[done_before:]
+
+    def close(self) -> SimResult:
+        return self._result(self._run)
+
+
+@dataclass
+class ClusterResult:
+    router: str
+    policy: str
+    records: list[RequestRecord]
+    """Every finished request, on whichever replica (a killed replica's before it died)."""
+    step_groups: np.ndarray
+    """Prefix groups in each step's batch, every replica's steps together."""
+    step_batch: np.ndarray
+    assigned: list[int]
+    """Requests routed to each replica that stayed up."""
+    replicas: list[SimResult]
+    """The replicas that stayed up, each closed and checked like a single engine run."""
+    router_cpu_s: float
+    wall_s: float
+    router_stats: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        """One `feather bench --replicas` row."""
+        recs = self.records
+        out = sum(r.output_len for r in recs)
+        span = (max(r.finish for r in recs) - min(r.arrival for r in recs)) if recs else 0.0
+        ttft = np.array([r.ttft for r in recs]) if recs else np.zeros(0)
+        groups, batch = self.step_groups, self.step_batch
+        n = len(self.assigned)
+        mean = sum(self.assigned) / n if n else 0.0
+        return {
+            "router": self.router,
+            "policy": self.policy,
+            "replicas": n,
+            "requests": len(recs),
+            "output_tokens": out,
+            "makespan_s": round(span, 4),
+            "output_tok_s": round(out / span, 2) if span > 0 else 0.0,
+            "ttft_p50_s": round(float(np.percentile(ttft, 50)), 4) if ttft.size else 0.0,
+            "ttft_p99_s": round(float(np.percentile(ttft, 99)), 4) if ttft.size else 0.0,
+            "load_imbalance": round(max(self.assigned) / mean, 3) if mean else 0.0,
+            "requests_per_replica": list(self.assigned),
+            "prefix_groups_per_batch": round(float(groups.mean()), 2) if groups.size else 0.0,
+            "mean_batch": round(float(batch.mean()), 2) if batch.size else 0.0,
+            "preemptions": sum(rep.preemptions for rep in self.replicas),
+            "prefix_hit_rate": round(
+                float(np.mean([rep.prefix_hit_rate for rep in self.replicas])), 4
+            ),
+            "router_us_per_request": round(self.router_cpu_s / max(1, len(recs)) * 1e6, 2),
+            "sim_wall_s": round(self.wall_s, 3),
+            **{f"router_{k}": v for k, v in self.router_stats.items()},
+        }
+
+
+def simulate_cluster(
+    requests: Sequence[Request],
+    rule: RoutingRule,
+    make_replica_policy: Callable[[], Policy],
+    cost: StepCostModel,
+    config: EngineConfig | None = None,
+    num_replicas: int = 4,
+    kill: dict[int, float] | None = None,
+) -> ClusterResult:
+    """Serve `requests` on `num_replicas` engines behind `rule`; every request finishes
+    exactly once (checked).
+
+    `kill` (replica index -> time) tests failure handling: at that time the replica dies,
+    the router forgets it (`remove_replica`) and its unfinished requests are routed again as
+    new arrivals (a client's retry on Ray Serve when a replica dies mid-request)."""
+    if num_replicas < 1:
+        raise ValueError(f"num_replicas must be >= 1, got {num_replicas}")
+    wall0 = time.perf_counter()
+    ids = {r.request_id for r in requests}
+    if len(ids) != len(requests):
+        raise ValueError("duplicate request ids in the workload")
+    deps = {r.request_id: r.meta["depends_on"] for r in requests if r.meta.get("depends_on")}
+    for rid, dep in deps.items():
+        if dep not in ids:
+            raise ValueError(f"request {rid!r} depends on unknown request {dep!r}")
+    names = [f"replica-{i}" for i in range(num_replicas)]
+    engines = [ReplicaEngine(make_replica_policy(), cost, config) for _ in names]
+    for e, name in zip(engines, names):
+        e.open()
+        rule.add_replica(name, 0.0)
+    alive = dict.fromkeys(names)
+    loads = dict.fromkeys(names, 0)
+    assigned = [0] * num_replicas
+    where: dict[str, tuple[int, Request]] = {}
+    records: dict[str, RequestRecord] = {}
+    children: dict[str, list[Request]] = {}
+    heap: list[tuple[float, int, Request]] = []  # arrivals: (time, seq, request)
+    seq = 0
+    for r in sorted(requests, key=lambda r: r.arrival_time):
+        if r.request_id in deps:  # enters when its parent finishes
+            children.setdefault(deps[r.request_id], []).append(r)
+        else:
+            heap.append((r.arrival_time, seq, r))
+            seq += 1
+    heapq.heapify(heap)
+    kills = sorted((t, i) for i, t in (kill or {}).items())
+    router_s = 0.0
+
+    def route(req: Request, now: float) -> None:
+        nonlocal router_s
+        t0 = time.perf_counter()
+        rr = RoutingRequest(req.request_id, tokens=req.prompt)
+        cands = list(alive)
+        chosen = pick(rule.rank(rr, cands, loads, now), loads) or cands[0]
+        rule.on_routed(rr, chosen, now)
+        router_s += time.perf_counter() - t0
+        i = names.index(chosen)
+        loads[chosen] += 1
+        assigned[i] += 1
+        where[req.request_id] = (i, req)
+        meta = {k: v for k, v in req.meta.items() if k != "depends_on"}
+        engines[i].submit(dataclasses.replace(req, arrival_time=now, meta=meta))
+
+    total = len(requests)
+    while len(records) < total:
+        busy = [(e._now, i) for i, e in enumerate(engines) if names[i] in alive and e.has_work()]
+        t_step = min(busy) if busy else None
+        t_arr = heap[0][0] if heap else None
+        t_kill = kills[0][0] if kills else None
+        nexts = [t for t in (t_kill, t_arr, t_step[0] if t_step else None) if t is not None]
+        if not nexts:
+            raise SimulationError(
+                f"{total - len(records)} requests can never run (blocked on dependencies)"
+            )
+        if t_kill is not None and t_kill <= min(nexts):
+            _, i = kills.pop(0)
+            if len(alive) == 1:
+                raise ValueError("cannot kill the last replica")
+            del alive[names[i]]
+            rule.remove_replica(names[i])
+            for rid, (j, req) in list(where.items()):
+                if j == i and rid not in records:
+                    heapq.heappush(heap, (t_kill, seq, req))
+                    seq += 1
+                    loads[names[i]] -= 1
+            continue
+        if t_arr is not None and (t_step is None or t_arr <= t_step[0]):
+            now, _, req = heapq.heappop(heap)
+            route(req, now)
+            continue
+        i = t_step[1]  # type: ignore[index]
+        for rec in engines[i].step():
+            if rec.request_id in records:
+                raise SimulationError(f"request {rec.request_id!r} answered twice")
+            records[rec.request_id] = rec
+            loads[names[i]] -= 1
+            rule.on_finished(rec.request_id, names[i], rec.finish)
+            for child in children.pop(rec.request_id, ()):
+                heapq.heappush(heap, (max(child.arrival_time, rec.finish), seq, child))
+                seq += 1
+    up = [i for i, n in enumerate(names) if n in alive]
+    logs = [engines[i]._run.log.to_arrays() for i in range(num_replicas)]
+    return ClusterResult(
+        router=rule.name,
+        policy=engines[0].policy.name,
+        records=list(records.values()),
+        step_groups=np.concatenate([lg["groups"] for lg in logs]),
+        step_batch=np.concatenate([lg["batch"] for lg in logs]),
+        assigned=[assigned[i] for i in up],
+        replicas=[engines[i].close() for i in up],
+        router_cpu_s=router_s,
+        wall_s=time.perf_counter() - wall0,
+        router_stats=dict(getattr(rule, "stats", None) or {}),
+    )
