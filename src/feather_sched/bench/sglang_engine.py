@@ -51,6 +51,9 @@ FIRST_TOKEN = 4
 """Generated ids are >= 4 (0-3: pad, bos, eos, unk), so a request never stops early."""
 _FORWARD_S = [0.0]
 """Seconds spent inside the stand-in forward in this process (its sleeps included)."""
+_PENDING_COST = [0.0]
+"""The calibrated cost of the batch SGLang is about to run (set by `_LoopProbe`, from the
+`ScheduleBatch`, which holds what a `ForwardBatch` does not: the req_to_token pool)."""
 
 
 @dataclass(frozen=True)
@@ -322,12 +325,9 @@ def _counters(policy: Policy) -> dict[str, int]:
 def _standin_class(spec: ServeSpec) -> type:
     """The stand-in model class (built here: it subclasses torch's Module and returns SGLang's
     `LogitsProcessorOutput`, both imported only in the scheduler process)."""
-    import numpy as np
     import torch
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
     from torch import nn
-
-    cost_of = _step_cost(spec)
 
     class FeatherStandInForCausalLM(nn.Module):
         """Deterministic next tokens, at the calibrated CPU cost of the batch it is given."""
@@ -349,10 +349,10 @@ def _standin_class(spec: ServeSpec) -> type:
             nxt = (ids.long() * 31 + pos.long() * 7) % (self.vocab - FIRST_TOKEN) + FIRST_TOKEN
             logits = torch.full((len(nxt), self.vocab), -1e4, dtype=torch.float32)
             logits[torch.arange(len(nxt)), nxt] = 0.0
-            if cost_of is not None:
-                wait = cost_of(forward_batch, np) - (time.perf_counter() - t0)
-                if wait > 0:
-                    time.sleep(wait)
+            cost, _PENDING_COST[0] = _PENDING_COST[0], 0.0
+            wait = cost - (time.perf_counter() - t0)
+            if wait > 0:
+                time.sleep(wait)
             _FORWARD_S[0] += time.perf_counter() - t0
             return LogitsProcessorOutput(next_token_logits=logits)
 
@@ -363,40 +363,50 @@ def _standin_class(spec: ServeSpec) -> type:
     return FeatherStandInForCausalLM
 
 
-def _step_cost(spec: ServeSpec) -> Callable[[Any, Any], float] | None:
-    """Seconds the batch would take by the calibrated cost model, or None for no sleep."""
+def _step_cost(spec: ServeSpec) -> Callable[[Any], float] | None:
+    """Seconds a `ScheduleBatch` would take by the calibrated cost model (None: no cost).
+
+    Its shape is read off SGLang's own state: prefill tokens and attention pairs from the
+    batch's extend/prefix lengths, and the KV every sequence reads from the `req_to_token`
+    rows of its context, so tokens the radix cache shares between sequences are counted
+    once in `unique_kv_tokens` (page size 1: a slot is a token)."""
     if spec.step_cost is None:
         return None
+    import numpy as np
+
     from feather_sched.sim.cost import BatchShape, StepCostModel
 
     hardware, model = spec.step_cost
     cost_model = StepCostModel(hardware, model)
 
-    def cost(fb, np) -> float:
-        seq_lens = fb.seq_lens.cpu().numpy().astype(np.int64)
-        rows = fb.req_pool_indices.cpu().numpy()
-        table = fb.req_to_token_pool.req_to_token
-        slots = (
-            np.concatenate(
-                [table[r, :n].cpu().numpy() for r, n in zip(rows, seq_lens, strict=True)]
-            )
-            if len(rows)
-            else np.zeros(0, np.int64)
+    def cost(batch) -> float:
+        reqs = batch.reqs
+        if not reqs:
+            return 0.0
+        extend = batch.forward_mode.is_extend()
+        if extend:
+            ext = np.asarray(batch.extend_lens, dtype=np.int64)
+            pre = np.asarray(batch.prefix_lens, dtype=np.int64)
+            lens = ext + pre
+        else:  # decode: the context read includes the token being decoded
+            lens = np.asarray([len(r.origin_input_ids) + len(r.output_ids) for r in reqs])
+        table = batch.req_to_token_pool.req_to_token
+        rows = [int(r.kv.req_pool_idx) for r in reqs]
+        slots = np.concatenate(
+            [table[i, : int(n)].numpy() for i, n in zip(rows, lens, strict=True)]
         )
         _, counts = np.unique(slots, return_counts=True)
         shared = counts >= 2
         prefill_tokens = pairs = prefill_seqs = 0
-        if fb.forward_mode.is_extend():
-            ext = fb.extend_seq_lens.cpu().numpy().astype(np.int64)
-            pre = fb.extend_prefix_lens.cpu().numpy().astype(np.int64)
+        if extend:
             prefill_tokens = int(ext.sum())
             pairs = int((ext * pre + ext * (ext + 1) // 2).sum())
-            prefill_seqs = int((ext > 1).sum())
+            prefill_seqs = len(reqs)
         shape = BatchShape(
-            num_decode=len(rows) - prefill_seqs,
+            num_decode=len(reqs) - prefill_seqs,
             num_prefill_tokens=prefill_tokens,
             prefill_attn_pairs=pairs,
-            logical_kv_tokens=int(seq_lens.sum()),
+            logical_kv_tokens=int(lens.sum()),
             unique_kv_tokens=len(counts),
             shared_unique_kv_tokens=int(shared.sum()),
             shared_logical_kv_tokens=int(counts[shared].sum()),
@@ -420,6 +430,8 @@ class _LoopProbe:
         self.pick_s = 0.0
         self.max_running = 0
         self._seen_running: set[str] = set()
+        self.cost_of = _step_cost(spec)
+        self.costs_s = 0.0
         run_batch = scheduler.run_batch
         pick = scheduler.get_next_batch_to_run
         requeue = scheduler._add_request_to_queue
@@ -437,6 +449,9 @@ class _LoopProbe:
                     if r.rid not in self._seen_running:
                         self._seen_running.add(r.rid)
                         self.admitted[r.rid] += 1
+            if self.cost_of is not None:
+                _PENDING_COST[0] = cost = self.cost_of(batch)
+                self.costs_s += cost
             return run_batch(batch, *args, **kwargs)
 
         def on_pick(*args, **kwargs):
