@@ -158,10 +158,13 @@ def test_every_request_finishes_once_with_its_length(served, name):
 
 @pytest.mark.parametrize("name", ["grouped", "feather", "raising"])
 def test_feather_ran_inside_the_loop_and_cht_is_empty(served, name):
-    feather = served(name)["feather"]
+    report = served(name)
+    feather = report["feather"]
     assert feather is not None and feather["policy"] == name
     stats = feather["stats"]
-    assert feather["passes"] > 0 and stats["feedback_steps"] > 0
+    assert feather["passes"] > 0
+    # one step-time feedback per batch SGLang ran, each before the next iteration admits
+    assert stats["feedback_steps"] == report["loop"]["steps"]
     assert stats["hashed"] > 0
     assert feather["cht_empty"], (feather["cht_waiting"], feather["cht_running"])
 
@@ -201,3 +204,30 @@ def test_bandit_state_is_saved_and_reloaded(served, state_path):
     )
     assert again["feather"]["loaded_table"] == saved["table"]
     assert again["feather"]["loaded_table"], "a non-empty table came back"
+
+
+def test_feather_bench_engine_sglang(tmp_path):
+    """`feather bench --engine sglang` prints the table and writes JSON rows like --engine
+    vllm's: SGLang's own fcfs (the baseline) beside a Feather policy, on the real loop."""
+    _require_sglang()
+    from typer.testing import CliRunner
+
+    from feather_sched.cli import app
+
+    out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
+    args = ["bench", "--engine", "sglang", "--policies", "fcfs,grouped", "--repeats", "1"]
+    args += ["--workload", "shared-prefix", "--num-kv-blocks", "96"]
+    result = CliRunner().invoke(app, [*args, "--json", str(out), "--plot", str(plot)])
+    assert result.exit_code == 0, result.output
+    assert "feather bench --engine sglang" in result.output
+    record = json.loads(out.read_text())
+    assert record["config"]["engine"] == "sglang" and record["config"]["note"]
+    rows = {r["policy"]: r for r in record["rows"]}
+    assert set(rows) == {"fcfs", "grouped"}
+    for r in rows.values():
+        assert r["requests"] == 128 and r["output_tokens"] == 128 * 64
+        assert r["output_tok_s"] > 0 and r["steps"] > 0
+        assert r["workload"] == "shared-prefix (kv-96-blocks)"
+    assert rows["fcfs"]["vs_fcfs"] == 1.0
+    assert rows["fcfs"]["feather_plugin"] is False and rows["grouped"]["feather_plugin"] is True
+    assert rows["grouped"]["policy_errors"] == 0

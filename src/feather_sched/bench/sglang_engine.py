@@ -139,6 +139,9 @@ class ServeSpec:
     seed: int = 0
     env: dict[str, str] = field(default_factory=dict)
     """More environment for the scheduler process (SGLang's own `SGLANG_*` switches)."""
+    log_level: str = "ERROR"
+    """Level of SGLang's loggers in the scheduler process (its retraction notices are
+    WARNINGs; the report counts retractions either way)."""
 
 
 # ---------------------------------------------------------------------------- parent side
@@ -208,6 +211,7 @@ def _child_main(spec: ServeSpec) -> dict[str, Any]:
     from sglang.srt.plugins import load_plugins
 
     load_plugins()  # what run_scheduler_process does first
+    logging.getLogger("sglang").setLevel(spec.log_level)
     from sglang.srt.models.registry import ModelRegistry
 
     ModelRegistry.models[STANDIN_ARCH] = _standin_class(spec)
