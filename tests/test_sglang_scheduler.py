@@ -98,7 +98,10 @@ POLICIES = {
     "grouped": "grouped",
     "feather": "feather",
     "raising": "raising",
+    "grouped-overlap": "grouped",
 }
+"""Configuration -> FEATHER_POLICY. `grouped-overlap` runs SGLang's overlap event loop (the
+GPU default: the next batch is picked while the previous one runs) instead of the normal one."""
 
 _reports: dict[str, dict] = {}
 
@@ -116,7 +119,7 @@ def served(state_path):
 
     def get(name: str) -> dict:
         if name not in _reports:
-            extra = {}
+            extra: dict = {"overlap": True} if name.endswith("-overlap") else {}
             if name == "feather":
                 extra = {"policy_state": str(state_path), "state_every_s": 0.5}
             _reports[name] = serve(loop_spec(POLICIES[name], **extra))
@@ -140,8 +143,8 @@ def check_every_request_finished_once(report: dict) -> None:
             else:
                 assert out["reason"]["type"] == "abort", (r.rid, out)
                 assert out["tokens"] < r.output_len
-        waiting_abort = next(r.rid for r in reqs if r.abort_after_tokens == 0)
-        assert got[waiting_abort]["tokens"] == 0
+        # the abort sent right behind its request usually finds it waiting (0 tokens), but
+        # may arrive in a later poll of the socket, after SGLang admitted it: both are fine
 
 
 @pytest.mark.parametrize("name", list(POLICIES))
@@ -156,11 +159,12 @@ def test_every_request_finishes_once_with_its_length(served, name):
     assert long_prompt_steps > 0
 
 
-@pytest.mark.parametrize("name", ["grouped", "feather", "raising"])
+@pytest.mark.parametrize("name", ["grouped", "feather", "raising", "grouped-overlap"])
 def test_feather_ran_inside_the_loop_and_cht_is_empty(served, name):
     report = served(name)
+    assert report["event_loop"] == ("overlap" if name.endswith("-overlap") else "normal")
     feather = report["feather"]
-    assert feather is not None and feather["policy"] == name
+    assert feather is not None and feather["policy"] == POLICIES[name]
     stats = feather["stats"]
     assert feather["passes"] > 0
     # one step-time feedback per batch SGLang ran, each before the next iteration admits
