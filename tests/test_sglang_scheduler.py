@@ -183,11 +183,12 @@ def test_raising_policy_lets_sglang_carry_on(served):
 
 
 def test_grouped_order_reaches_sglang_batches(served):
-    """Grouped keeps prefix groups together: fewer distinct groups per batch than SGLang's
-    own FCFS order on the same requests (the workload interleaves the groups)."""
-    on, off = served("grouped")["loop"], served("off")["loop"]
-    assert on["groups"] / on["steps"] <= off["groups"] / off["steps"]
-    assert served("grouped")["feather"]["stats"]["admitted"] > 0
+    """SGLang's own `for req in waiting_queue` loop offered exactly the candidate Feather put
+    next, every pass (no hand-over to SGLang's order), and its adder admitted them. (Whether
+    the order pays is the bench's question: benchmarks/sglang-loop.md.)"""
+    stats = served("grouped")["feather"]["stats"]
+    assert stats["policy_steps"] > 0 and stats["admitted"] > 0
+    assert stats["handovers"] == 0 and stats["policy_errors"] == 0
 
 
 def test_bandit_state_is_saved_and_reloaded(served, state_path):
