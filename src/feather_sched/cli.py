@@ -146,7 +146,9 @@ _BenchPolicies = Annotated[
     typer.Option(
         help="Comma-separated policies to compare. Default: "
         + ",".join(DEFAULT_POLICIES)
-        + " (sim); grouped and feather against vLLM's own scheduler (--engine vllm).",
+        + " (sim); grouped and feather against vLLM's own scheduler (--engine vllm); "
+        "SGLang's own fcfs, lpm, dfs-weight beside Feather's (--engine sglang; default "
+        "fcfs,lpm,feather).",
     ),
 ]
 _BenchModel = Annotated[
@@ -190,7 +192,10 @@ _BenchJson = Annotated[Path, typer.Option("--json", help="JSON results.")]
 _BenchPlot = Annotated[Path, typer.Option("--plot", help="Plot: .png, .pdf, .svg or .jpg.")]
 _BenchEngine = Annotated[
     str,
-    typer.Option(help="sim: the simulator; vllm: the real vLLM engine (needs the 'vllm' extra)."),
+    typer.Option(
+        help="sim: the simulator; vllm: the real vLLM engine (needs the 'vllm' extra); "
+        "sglang: SGLang's real scheduler loop with a stand-in forward (the 'sglang' extra)."
+    ),
 ]
 _BenchRepeats = Annotated[int, typer.Option(min=1, help="Runs per configuration (--engine vllm).")]
 _AsyncScheduling = Annotated[
@@ -373,8 +378,12 @@ def bench(
             steps_out=steps_out,
         )
         return _bench_vllm(vllm_spec, json_out, plot)
+    if engine == "sglang":
+        return _bench_sglang(locals(), json_out, plot)
     if engine != "sim":
-        raise typer.BadParameter(f"expected sim or vllm, got {engine!r}", param_hint="--engine")
+        raise typer.BadParameter(
+            f"expected sim, vllm or sglang, got {engine!r}", param_hint="--engine"
+        )
     try:
         spec = BenchSpec(
             workloads=workloads or list(BenchSpec.workloads),
@@ -457,6 +466,30 @@ def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
     model = spec.model or "tiny-llama"
     title = f"feather bench --engine vllm: {model}, seed {spec.seed}, {spec.repeats} runs{mode}"
     _report_bench(rows, title, {"engine": "vllm", **asdict(spec)}, json_out, plot)
+
+
+def _bench_sglang(opts: dict[str, Any], json_out: Path, plot: Path) -> None:
+    """`feather bench --engine sglang`: SGLang's real scheduler loop (bench/sglang_engine.py)."""
+    from feather_sched.bench.sglang_engine import BENCH_NOTE, bench_from_cli
+
+    try:
+        with console.status("sglang bench") as status:
+            rows, title, config = bench_from_cli(
+                workloads=_names(opts["workload"]),
+                policies=_names([opts["policies"] or ""]),
+                model=opts["model"],
+                scenarios=_kv_scenarios(opts["num_kv_blocks"]),
+                max_num_seqs=opts["max_num_seqs"],
+                max_batched_tokens=opts["max_batched_tokens"],
+                repeats=opts["repeats"],
+                seed=opts["seed"],
+                policy_state=opts["policy_state"],
+                on_progress=lambda label: status.update(label),
+            )
+    except (ValueError, RuntimeError, FileNotFoundError) as err:
+        _fail(err)
+    _report_bench(rows, title, config, json_out, plot)
+    console.print(f"[dim]{BENCH_NOTE}[/dim]")
 
 
 def _report_bench(

@@ -21,7 +21,9 @@ Tested with SGLang 0.5.23; supported: the range in integrations/versions.py (fro
   result SGLang's adder itself returns when `prefill_max_requests` is reached.
 - `Scheduler.get_next_batch_to_run`, AROUND: one call per event-loop iteration; the time
   from one iteration's batch pick to the next iteration's start is the step time fed back to
-  the policy (`Policy.end_step`), before the new iteration admits anything.
+  the policy (`Policy.end_step`), before the new iteration admits anything. An iteration
+  with no batch also syncs the CHT (`SGLangQueue.on_idle`), so requests that finished after
+  the last admission pass leave it when the server goes idle, not at the next arrival.
 
 Config: `feather_sched.settings`, read in each process (the same variables as the vLLM
 scheduler). Feather is on when `SGLANG_PLUGINS` names `feather` or `FEATHER_POLICY` is set
@@ -198,6 +200,11 @@ def _around_next_batch(original: Any, scheduler: Any, *args: Any, **kwargs: Any)
         is_extend = mode is not None and mode.is_extend()
         prefill = int(getattr(batch, "extend_num_tokens", 0) or 0) if is_extend else 0
         queue.on_step(len(reqs), prefill)
+        if batch is None:  # an idle iteration: forget what finished since the last pass
+            running = getattr(plan, "running_batch", None) or getattr(
+                scheduler, "running_batch", None
+            )
+            queue.on_idle(getattr(scheduler, "waiting_queue", ()), getattr(running, "reqs", None))
         if queue.state_saver is not None:
             queue.state_saver.maybe_save(queue.policy)
     return plan

@@ -347,6 +347,15 @@ class SGLangQueue(Hosted):
             return
         self.host.feedback(self, self._clock() - last[0], last[1], last[2])
 
+    def on_idle(self, waiting_queue: Sequence[Any], running: Iterable[Any] | None) -> None:
+        """An event-loop iteration with no batch: sync, so requests that finished (or were
+        aborted) since the last admission pass leave the CHT now. Without it they stay until
+        the next pass, which only comes with the next arrival. Nothing to do when empty."""
+        if self.index.is_empty():
+            return
+        self._end_pass()
+        self.sync(waiting_queue, running)
+
     def on_step(self, batch_size: int, prefill_tokens: int) -> None:
         """This iteration picked its batch; it runs from now until `end_previous_step`."""
         self._last_step = (self._clock(), batch_size, prefill_tokens)
