@@ -348,7 +348,7 @@ def bench(
     With --replicas N: every router on a simulated N-replica cluster instead."""
     workloads = _optional_names(",".join(workload), "--workload") if workload else None
     policy_list = _optional_names(policies, "--policies")
-    if engine == "vllm":
+    if engine != "sim":
         sim_only = {
             "--arrival": arrival,
             "--rate-scale": rate_scale,
@@ -361,7 +361,9 @@ def bench(
         }
         given = [k for k, v in sim_only.items() if v is not None]
         if given:
-            _fail(ValueError(f"{', '.join(given)}: simulator only for now (drop --engine vllm)"))
+            only = f"{', '.join(given)}: simulator only for now"
+            _fail(ValueError(f"{only} (drop --engine {engine})"))
+    if engine == "vllm":
         vllm_spec = VllmBenchSpec(
             workloads=workloads,
             policies=policy_list or _default_vllm_policies(),
