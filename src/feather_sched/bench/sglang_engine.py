@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from feather_sched.bench.tiny_llama import ENGINE_MODELS, TINY_LLAMA, TinyLlamaSpec
 from feather_sched.policies.base import Policy, SchedulerView
 
 STANDIN_ARCH = "FeatherStandInForCausalLM"
@@ -56,38 +57,27 @@ _PENDING_COST = [0.0]
 `ScheduleBatch`, which holds what a `ForwardBatch` does not: the req_to_token pool)."""
 
 
-@dataclass(frozen=True)
-class StandInModel:
-    """The config the stand-in is built from: the shape SGLang sizes its KV pool by. The
-    defaults are the built-in `tiny-llama` (bench/tiny_llama.py)."""
-
-    num_layers: int = 2
-    hidden_size: int = 128
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 256
-    vocab_size: int = 512
-    max_position_embeddings: int = 4096
-
-    def config(self) -> dict[str, Any]:
-        return {
-            "architectures": [STANDIN_ARCH],
-            "model_type": "llama",
-            "vocab_size": self.vocab_size,
-            "hidden_size": self.hidden_size,
-            "intermediate_size": self.intermediate_size,
-            "num_hidden_layers": self.num_layers,
-            "num_attention_heads": self.num_heads,
-            "num_key_value_heads": self.num_kv_heads,
-            "head_dim": self.hidden_size // self.num_heads,
-            "max_position_embeddings": self.max_position_embeddings,
-            "rms_norm_eps": 1e-5,
-            "bos_token_id": 1,
-            "eos_token_id": EOS_TOKEN,
-            "pad_token_id": 0,
-            "torch_dtype": "float32",
-            "tie_word_embeddings": False,
-        }
+def stand_in_config(model: TinyLlamaSpec) -> dict[str, Any]:
+    """The config.json the stand-in is built from: the shape SGLang sizes its KV pool by
+    (one of the built-in engine models, bench/tiny_llama.py)."""
+    return {
+        "architectures": [STANDIN_ARCH],
+        "model_type": "llama",
+        "vocab_size": model.vocab_size,
+        "hidden_size": model.hidden_size,
+        "intermediate_size": model.intermediate_size,
+        "num_hidden_layers": model.num_layers,
+        "num_attention_heads": model.num_heads,
+        "num_key_value_heads": model.num_kv_heads,
+        "head_dim": model.hidden_size // model.num_heads,
+        "max_position_embeddings": model.max_position_embeddings,
+        "rms_norm_eps": 1e-5,
+        "bos_token_id": 1,
+        "eos_token_id": EOS_TOKEN,
+        "pad_token_id": 0,
+        "torch_dtype": "float32",
+        "tie_word_embeddings": False,
+    }
 
 
 def next_token(last_token: int, position: int, vocab_size: int) -> int:
@@ -125,7 +115,7 @@ class ServeSpec:
     chunk_tokens: int | None = None
     extra_policies: dict[str, str] = field(default_factory=dict)
     """Policies to register by name ("module:Class") before the plugin loads."""
-    model: StandInModel = field(default_factory=StandInModel)
+    model: TinyLlamaSpec = TINY_LLAMA
     max_total_tokens: int = 8192
     max_running_requests: int = 64
     chunked_prefill_size: int = 512
@@ -216,7 +206,7 @@ def _child_main(spec: ServeSpec) -> dict[str, Any]:
 
     ModelRegistry.models[STANDIN_ARCH] = _standin_class(spec)
     model_dir = Path(tempfile.mkdtemp(prefix="feather-sglang-"))
-    (model_dir / "config.json").write_text(json.dumps(spec.model.config()))
+    (model_dir / "config.json").write_text(json.dumps(stand_in_config(spec.model)))
 
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.runtime_context import SpawnRanks, publish
@@ -765,19 +755,8 @@ def _bench_requests(requests, label: str) -> list[ServeRequest]:
     ]
 
 
-def _stand_in_of(model: str | None) -> StandInModel:
-    from feather_sched.bench.tiny_llama import ENGINE_MODELS
-
-    m = ENGINE_MODELS[model or "tiny-llama"]
-    return StandInModel(
-        num_layers=m.num_layers,
-        hidden_size=m.hidden_size,
-        num_heads=m.num_heads,
-        num_kv_heads=m.num_kv_heads,
-        intermediate_size=m.intermediate_size,
-        vocab_size=m.vocab_size,
-        max_position_embeddings=m.max_position_embeddings,
-    )
+def _stand_in_of(model: str | None) -> TinyLlamaSpec:
+    return ENGINE_MODELS[model or "tiny-llama"]
 
 
 def run_sglang_bench(
