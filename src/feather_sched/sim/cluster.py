@@ -154,7 +154,131 @@ def simulate_cluster(
     new arrivals (a client's retry on Ray Serve when a replica dies mid-request)."""
     if num_replicas < 1:
         raise ValueError(f"num_replicas must be >= 1, got {num_replicas}")
-    wall0 = time.perf_counter()
+    cluster = _Cluster(requests, rule, make_replica_policy, cost, config, num_replicas)
+    return cluster.run(sorted((t, i) for i, t in (kill or {}).items()))
+
+
+class _Cluster:
+    """One cluster run: the replicas, the router and one event queue (arrivals, replica
+    steps, kills), always taking the earliest event."""
+
+    def __init__(
+        self,
+        requests: Sequence[Request],
+        rule: RoutingRule,
+        make_replica_policy: Callable[[], Policy],
+        cost: StepCostModel,
+        config: EngineConfig | None,
+        num_replicas: int,
+    ) -> None:
+        self.wall0 = time.perf_counter()
+        deps = _dependencies(requests)
+        self.rule = rule
+        self.names = [f"replica-{i}" for i in range(num_replicas)]
+        self.engines = [ReplicaEngine(make_replica_policy(), cost, config) for _ in self.names]
+        for e, name in zip(self.engines, self.names):
+            e.open()
+            rule.add_replica(name, 0.0)
+        self.alive = dict.fromkeys(self.names)
+        self.loads = dict.fromkeys(self.names, 0)
+        self.assigned = [0] * num_replicas
+        self.where: dict[str, tuple[int, Request]] = {}
+        self.records: dict[str, RequestRecord] = {}
+        self.children: dict[str, list[Request]] = {}
+        self.heap: list[tuple[float, int, Request]] = []  # arrivals: (time, seq, request)
+        self.seq = 0
+        for r in sorted(requests, key=lambda r: r.arrival_time):
+            if r.request_id in deps:  # enters when its parent finishes
+                self.children.setdefault(deps[r.request_id], []).append(r)
+            else:
+                self._arrive(r.arrival_time, r)
+        self.total = len(requests)
+        self.router_s = 0.0
+
+    def run(self, kills: list[tuple[float, int]]) -> ClusterResult:
+        while len(self.records) < self.total:
+            busy = [
+                (e._now, i)
+                for i, e in enumerate(self.engines)
+                if self.names[i] in self.alive and e.has_work()
+            ]
+            t_step = min(busy) if busy else None
+            t_arr = self.heap[0][0] if self.heap else None
+            t_kill = kills[0][0] if kills else None
+            nexts = [t for t in (t_kill, t_arr, t_step[0] if t_step else None) if t is not None]
+            if not nexts:
+                raise SimulationError(
+                    f"{self.total - len(self.records)} requests can never run "
+                    "(blocked on dependencies)"
+                )
+            if t_kill is not None and t_kill <= min(nexts):
+                self._kill(*kills.pop(0))
+            elif t_arr is not None and (t_step is None or t_arr <= t_step[0]):
+                now, _, req = heapq.heappop(self.heap)
+                self._route(req, now)
+            else:
+                self._step(t_step[1])  # type: ignore[index]
+        return self._result()
+
+    def _arrive(self, at: float, req: Request) -> None:
+        heapq.heappush(self.heap, (at, self.seq, req))
+        self.seq += 1
+
+    def _route(self, req: Request, now: float) -> None:
+        t0 = time.perf_counter()
+        rr = RoutingRequest(req.request_id, tokens=req.prompt)
+        cands = list(self.alive)
+        chosen = pick(self.rule.rank(rr, cands, self.loads, now), self.loads) or cands[0]
+        self.rule.on_routed(rr, chosen, now)
+        self.router_s += time.perf_counter() - t0
+        i = self.names.index(chosen)
+        self.loads[chosen] += 1
+        self.assigned[i] += 1
+        self.where[req.request_id] = (i, req)
+        meta = {k: v for k, v in req.meta.items() if k != "depends_on"}
+        self.engines[i].submit(dataclasses.replace(req, arrival_time=now, meta=meta))
+
+    def _kill(self, at: float, i: int) -> None:
+        """Replica i dies: the router forgets it, its unfinished requests arrive again."""
+        if len(self.alive) == 1:
+            raise ValueError("cannot kill the last replica")
+        del self.alive[self.names[i]]
+        self.rule.remove_replica(self.names[i])
+        for rid, (j, req) in list(self.where.items()):
+            if j == i and rid not in self.records:
+                self._arrive(at, req)
+                self.loads[self.names[i]] -= 1
+
+    def _step(self, i: int) -> None:
+        """One step of replica i; its finished requests release their conversations' turns."""
+        for rec in self.engines[i].step():
+            if rec.request_id in self.records:
+                raise SimulationError(f"request {rec.request_id!r} answered twice")
+            self.records[rec.request_id] = rec
+            self.loads[self.names[i]] -= 1
+            self.rule.on_finished(rec.request_id, self.names[i], rec.finish)
+            for child in self.children.pop(rec.request_id, ()):
+                self._arrive(max(child.arrival_time, rec.finish), child)
+
+    def _result(self) -> ClusterResult:
+        up = [i for i, n in enumerate(self.names) if n in self.alive]
+        logs = [e._run.log.to_arrays() for e in self.engines]
+        return ClusterResult(
+            router=self.rule.name,
+            policy=self.engines[0].policy.name,
+            records=list(self.records.values()),
+            step_groups=np.concatenate([lg["groups"] for lg in logs]),
+            step_batch=np.concatenate([lg["batch"] for lg in logs]),
+            assigned=[self.assigned[i] for i in up],
+            replicas=[self.engines[i].close() for i in up],
+            router_cpu_s=self.router_s,
+            wall_s=time.perf_counter() - self.wall0,
+            router_stats=dict(getattr(self.rule, "stats", None) or {}),
+        )
+
+
+def _dependencies(requests: Sequence[Request]) -> dict[str, str]:
+    """Request id -> the request it waits for, after checking ids are unique and known."""
     ids = {r.request_id for r in requests}
     if len(ids) != len(requests):
         raise ValueError("duplicate request ids in the workload")
@@ -162,92 +286,4 @@ def simulate_cluster(
     for rid, dep in deps.items():
         if dep not in ids:
             raise ValueError(f"request {rid!r} depends on unknown request {dep!r}")
-    names = [f"replica-{i}" for i in range(num_replicas)]
-    engines = [ReplicaEngine(make_replica_policy(), cost, config) for _ in names]
-    for e, name in zip(engines, names):
-        e.open()
-        rule.add_replica(name, 0.0)
-    alive = dict.fromkeys(names)
-    loads = dict.fromkeys(names, 0)
-    assigned = [0] * num_replicas
-    where: dict[str, tuple[int, Request]] = {}
-    records: dict[str, RequestRecord] = {}
-    children: dict[str, list[Request]] = {}
-    heap: list[tuple[float, int, Request]] = []  # arrivals: (time, seq, request)
-    seq = 0
-    for r in sorted(requests, key=lambda r: r.arrival_time):
-        if r.request_id in deps:  # enters when its parent finishes
-            children.setdefault(deps[r.request_id], []).append(r)
-        else:
-            heap.append((r.arrival_time, seq, r))
-            seq += 1
-    heapq.heapify(heap)
-    kills = sorted((t, i) for i, t in (kill or {}).items())
-    router_s = 0.0
-
-    def route(req: Request, now: float) -> None:
-        nonlocal router_s
-        t0 = time.perf_counter()
-        rr = RoutingRequest(req.request_id, tokens=req.prompt)
-        cands = list(alive)
-        chosen = pick(rule.rank(rr, cands, loads, now), loads) or cands[0]
-        rule.on_routed(rr, chosen, now)
-        router_s += time.perf_counter() - t0
-        i = names.index(chosen)
-        loads[chosen] += 1
-        assigned[i] += 1
-        where[req.request_id] = (i, req)
-        meta = {k: v for k, v in req.meta.items() if k != "depends_on"}
-        engines[i].submit(dataclasses.replace(req, arrival_time=now, meta=meta))
-
-    total = len(requests)
-    while len(records) < total:
-        busy = [(e._now, i) for i, e in enumerate(engines) if names[i] in alive and e.has_work()]
-        t_step = min(busy) if busy else None
-        t_arr = heap[0][0] if heap else None
-        t_kill = kills[0][0] if kills else None
-        nexts = [t for t in (t_kill, t_arr, t_step[0] if t_step else None) if t is not None]
-        if not nexts:
-            raise SimulationError(
-                f"{total - len(records)} requests can never run (blocked on dependencies)"
-            )
-        if t_kill is not None and t_kill <= min(nexts):
-            _, i = kills.pop(0)
-            if len(alive) == 1:
-                raise ValueError("cannot kill the last replica")
-            del alive[names[i]]
-            rule.remove_replica(names[i])
-            for rid, (j, req) in list(where.items()):
-                if j == i and rid not in records:
-                    heapq.heappush(heap, (t_kill, seq, req))
-                    seq += 1
-                    loads[names[i]] -= 1
-            continue
-        if t_arr is not None and (t_step is None or t_arr <= t_step[0]):
-            now, _, req = heapq.heappop(heap)
-            route(req, now)
-            continue
-        i = t_step[1]  # type: ignore[index]
-        for rec in engines[i].step():
-            if rec.request_id in records:
-                raise SimulationError(f"request {rec.request_id!r} answered twice")
-            records[rec.request_id] = rec
-            loads[names[i]] -= 1
-            rule.on_finished(rec.request_id, names[i], rec.finish)
-            for child in children.pop(rec.request_id, ()):
-                heapq.heappush(heap, (max(child.arrival_time, rec.finish), seq, child))
-                seq += 1
-    up = [i for i, n in enumerate(names) if n in alive]
-    logs = [engines[i]._run.log.to_arrays() for i in range(num_replicas)]
-    return ClusterResult(
-        router=rule.name,
-        policy=engines[0].policy.name,
-        records=list(records.values()),
-        step_groups=np.concatenate([lg["groups"] for lg in logs]),
-        step_batch=np.concatenate([lg["batch"] for lg in logs]),
-        assigned=[assigned[i] for i in up],
-        replicas=[engines[i].close() for i in up],
-        router_cpu_s=router_s,
-        wall_s=time.perf_counter() - wall0,
-        router_stats=dict(getattr(rule, "stats", None) or {}),
-    )
+    return deps
