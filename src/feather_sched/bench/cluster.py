@@ -9,6 +9,7 @@ each row's throughput relative to every other router's on the same workload (`vs
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -155,14 +156,13 @@ def cli_cluster_bench(base: BenchSpec, replicas: int, routers: str | None, json_
     spec = ClusterBenchSpec(base=base, replicas=replicas, routers=names)
     try:
         spec.validate()
-        rows = run_cluster_bench(spec, on_progress=lambda label: console.log(label))
+        rows = run_cluster_bench(spec, on_progress=lambda label: print(label, file=sys.stderr))
     except (ValueError, FileNotFoundError) as err:
         fail(err)
     title = (
         f"feather bench: {replicas} replicas, {base.hardware} + {base.model}, "
         f"{base.kernel} kernel, seed {base.seed}"
     )
-    console.print(cluster_table(rows, title))
     config = {
         "replicas": replicas,
         "routers": names,
@@ -172,5 +172,6 @@ def cli_cluster_bench(base: BenchSpec, replicas: int, routers: str | None, json_
         "kernel": base.kernel,
         "seed": base.seed,
     }
-    write_record(json_out, config=config, rows=rows)
+    write_record(json_out, config=config, rows=rows)  # first: a finished run is never lost
+    console.print(cluster_table(rows, title))
     console.print(f"wrote {json_out}")
