@@ -39,7 +39,10 @@ Learning generalises through back-off: a state with fewer than two rewards for e
 decides from a coarse state, (candidate's group bin - batch bin, lost bin), shared by every
 batch size where the candidate's group is as large relative to the batch. The table can be
 saved and loaded so a deployment starts warm. Nothing starves: `starvation.StarvationGuard`
-admits an over-age queue head first, within a bounded share of admissions.
+admits an over-age queue head first, within a bounded share of admissions. Nothing thrashes:
+in the steps it reorders, `kv_gate.KvGate` refuses a candidate whose KV the engine could not
+keep as the running requests grow, so a prefix order does not preempt (and recompute) what it
+just admitted.
 """
 
 from __future__ import annotations
