@@ -118,3 +118,16 @@ def fit_profile(
                 best = score
         p = best[1]
     return FitResult(best[1], best[0])
+
+
+def stamp_fitted(profile: HardwareProfile, note: str, suffix: str) -> HardwareProfile:
+    """The fitted profile, saying where its numbers came from: `note` (how it was measured,
+    and its error) becomes the source of every fitted field and leads the description."""
+    sources = dict(profile.sources)
+    for name in HardwareProfile.FIT_FIELDS:
+        sources[name] = note
+    return profile.replace(
+        name=f"{profile.name}-{suffix}",
+        description=f"{note}. Peak figures from the {profile.name!r} profile.",
+        sources=sources,
+    )

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from feather_sched.bench.calibrate_fit import fit_profile, mape, predict
+from feather_sched.bench.calibrate_fit import fit_profile, mape, predict, stamp_fitted
 from feather_sched.bench.vllm_engine import (
     BASELINE,
     ENGINE_SCALES,
@@ -473,14 +473,7 @@ def _stamp(
         f"{m['memory_gib']} GiB), vLLM {_vllm_version()}, model {model}, "
         f"{n} step samples; step-time MAPE train {train_mape:.1%}, held-out {held_mape:.1%}"
     )
-    sources = dict(profile.sources)
-    for name in HardwareProfile.FIT_FIELDS:
-        sources[name] = note
-    return profile.replace(
-        name=f"{profile.name}-vllm-fitted",
-        description=f"{note}. Peak figures from the {profile.name!r} profile.",
-        sources=sources,
-    )
+    return stamp_fitted(profile, note, "vllm-fitted")
 
 
 def _vllm_version() -> str:

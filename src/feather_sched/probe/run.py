@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from feather_sched.bench.calibrate_fit import fit_profile, mape, predict
+from feather_sched.bench.calibrate_fit import fit_profile, mape, predict, stamp_fitted
 from feather_sched.bench.machine import machine_info, write_json
 from feather_sched.probe.layout import GRIDS, Composition, build_layout
 from feather_sched.sim.cost import HardwareProfile, ModelProfile, load_hardware, load_model
@@ -478,14 +478,7 @@ def _stamp(profile, spec, info, model, train_mape, n, held_mape) -> HardwareProf
         f"{model.name} decode steps ({model.dtype_bytes:g}-byte weights/KV), {n} compositions; "
         f"step-time MAPE train {train_mape:.1%}, held-out {held_mape:.1%}"
     )
-    sources = dict(profile.sources)
-    for name in HardwareProfile.FIT_FIELDS:
-        sources[name] = note
-    return profile.replace(
-        name=f"{profile.name}-probe-fitted",
-        description=f"{note}. Peak figures from the {profile.name!r} profile.",
-        sources=sources,
-    )
+    return stamp_fitted(profile, note, "probe-fitted")
 
 
 def homogeneity(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
