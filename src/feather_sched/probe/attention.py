@@ -33,7 +33,9 @@ def reference_paged_decode(q, k_cache, v_cache, block_tables, context_lens, scal
     lens = context_lens.tolist()
     # One gather buffer reused by every request: fresh large allocations would be new pages
     # (page faults, zeroing) on every request, and would push the shared blocks out of cache.
-    kbuf = torch.empty((block_tables.shape[1], *k_cache.shape[1:]), dtype=k_cache.dtype)
+    kbuf = torch.empty(
+        (block_tables.shape[1], *k_cache.shape[1:]), dtype=k_cache.dtype, device=k_cache.device
+    )
     vbuf = torch.empty_like(kbuf)
     for i in range(batch):
         n = int(lens[i])
