@@ -75,7 +75,12 @@ def run_cluster_bench(
     for wname, (requests, dropped) in workloads.items():
         engine = base.engine_for(wname)
         for router in spec.routers:
-            rule = make_rule(router, seed=base.seed, **spec.router_options.get(router, {}))
+            options = dict(spec.router_options.get(router, {}))
+            if router == "feather":  # the router prices drains with the policy's own prior
+                prior = base.feather_options()
+                options.setdefault("cost", StepCostModel(**prior) if prior else cost)
+                options.setdefault("max_num_seqs", engine.max_num_seqs)
+            rule = make_rule(router, seed=base.seed, **options)
             policy = REPLICA_POLICY[router]
             result = simulate_cluster(
                 requests, rule, _replica_policy(policy, base), cost, engine, spec.replicas

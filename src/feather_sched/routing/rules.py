@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from feather_sched.index.cht import chunk_digests, deepest_true
+from feather_sched.routing.forecast import Booking, DrainModel, ReplicaForecast
 from feather_sched.routing.prefix_tree import PrefixTree, tokens_to_text
+from feather_sched.sim.cost.step_model import StepCostModel
 
 Tiers = list[list[str]]
 
@@ -41,6 +43,8 @@ class RoutingRequest:
     request_id: str
     tokens: np.ndarray | None = None
     text: str | None = None
+    max_tokens: int | None = None
+    """The request's output cap, when it says (a forecast of its decode work)."""
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -115,8 +119,11 @@ class RoutingRule(ABC):
     def on_routed(self, request: RoutingRequest, replica: str, now: float) -> None:  # noqa: B027
         """`request` was sent to `replica`."""
 
-    def on_finished(self, request_id: str, replica: str, now: float) -> None:  # noqa: B027
-        """A request routed to `replica` finished (or failed)."""
+    def on_finished(  # noqa: B027
+        self, request_id: str, replica: str, now: float, output_tokens: int | None = None
+    ) -> None:
+        """A request routed to `replica` finished (or failed), with `output_tokens` generated
+        when the framework reports it."""
 
 
 class Pow2Rule(RoutingRule):
@@ -241,9 +248,20 @@ class FeatherRule(RoutingRule):
         cache_ttl_s: float = 300.0,
         window: int = 4096,
         slack: int | None = None,
+        cost: StepCostModel | None = None,
+        max_num_seqs: int = 256,
+        hardware: str = "h100",
+        model: str = "llama-3.1-8b",
+        kernel: str = "paged",
+        default_output_tokens: int = 256,
     ) -> None:
         if balance < 1.0:
             raise ValueError(f"balance must be >= 1, got {balance}")
+        self.drain = DrainModel(cost or StepCostModel(hardware, model, kernel), max_num_seqs)
+        self.default_output_tokens = float(default_output_tokens)
+        self._out_sum = 0.0
+        self._out_n = 0
+        self._fc: dict[str, ReplicaForecast] = {}
         self.balance = float(balance)
         self.chunk_tokens = int(chunk_tokens)
         self.chars_per_token = int(chars_per_token)
@@ -256,9 +274,9 @@ class FeatherRule(RoutingRule):
         self._load: dict[str, int] = {}
         self._share: dict[str, float] = {}
         self._groups: dict[str, dict[tuple[int, int], int]] = {}
-        self._routed: dict[str, tuple[str, list[tuple[int, int]]]] = {}
+        self._routed: dict[str, tuple[str, list[tuple[int, int]], Booking]] = {}
         self._sweep_at = 0
-        self.stats = {"routed": 0, "matched": 0, "new_group": 0, "spilled": 0}
+        self.stats = {"routed": 0, "matched": 0, "new_group": 0, "spilled": 0, "kept": 0}
 
     # ------------------------------------------------------------------ replicas
     def add_replica(self, replica, now) -> None:
@@ -270,19 +288,20 @@ class FeatherRule(RoutingRule):
         shares = [self._share[r] for r in self._share]
         self._share[replica] = sum(shares) / len(shares) if shares else 0.0
         self._groups[replica] = {}
+        self._fc[replica] = ReplicaForecast()
 
     def remove_replica(self, replica) -> None:
         if replica not in self._replicas:
             return
         del self._replicas[replica]
-        for d in (self._load, self._share, self._groups):
+        for d in (self._load, self._share, self._groups, self._fc):
             d.pop(replica, None)
         for key in list(self._holds):
             holders = self._holds[key]
             holders.pop(replica, None)
             if not holders:
                 del self._holds[key]
-        for rid in [i for i, (r, _) in self._routed.items() if r == replica]:
+        for rid in [i for i, (r, _, _) in self._routed.items() if r == replica]:
             del self._routed[rid]
 
     def load(self, replica: str) -> int:
@@ -293,17 +312,66 @@ class FeatherRule(RoutingRule):
 
     # ------------------------------------------------------------------ decision
     def _keys(self, request: RoutingRequest) -> list[tuple[int, int]]:
-        chain = request.chain(self.chunk_tokens, self.chars_per_token)
-        return list(enumerate(chain))
+        key = ("keys", self.chunk_tokens, self.chars_per_token)
+        if key not in request._cache:
+            chain = request.chain(self.chunk_tokens, self.chars_per_token)
+            request._cache[key] = list(enumerate(chain))
+        return request._cache[key]
 
-    def _holds_at(self, key: tuple[int, int], replica: str, now: float) -> bool:
+    def _holds_at(self, key, replica: str, now: float, running: bool) -> bool:
         h = self._holds.get(key, {}).get(replica)
-        return h is not None and (h.outstanding > 0 or now - h.last <= self.cache_ttl_s)
+        if h is None:
+            return False
+        return h.outstanding > 0 or (not running and now - h.last <= self.cache_ttl_s)
 
-    def depth(self, request: RoutingRequest, replica: str, now: float) -> int:
-        """Leading chunks of the request's prompt `replica` is running or has cached."""
+    def depth(
+        self, request: RoutingRequest, replica: str, now: float, running: bool = False
+    ) -> int:
+        """Leading chunks of the request's prompt `replica` is running (or, unless
+        `running`, has cached)."""
         keys = self._keys(request)
-        return deepest_true(len(keys), lambda i: self._holds_at(keys[i], replica, now))
+        return deepest_true(len(keys), lambda i: self._holds_at(keys[i], replica, now, running))
+
+    def _expected_output(self, request: RoutingRequest) -> float:
+        if self._out_n:
+            mean = self._out_sum / self._out_n
+            return min(mean, request.max_tokens) if request.max_tokens else mean
+        return float(request.max_tokens or self.default_output_tokens)
+
+    def booking(self, request: RoutingRequest, replica: str, now: float) -> Booking:
+        """What `request` would add to `replica`'s drain forecast: its uncached prompt
+        tokens there, its group, the prompt tokens it shares with the group's rows there."""
+        keys = self._keys(request)
+        prompt = request.length
+        if request.tokens is None:
+            prompt = -(-prompt // self.chars_per_token)
+        cached = min(prompt, self.depth(request, replica, now) * self.chunk_tokens)
+        shared = min(prompt, self.depth(request, replica, now, True) * self.chunk_tokens)
+        out = self._expected_output(request)
+        return Booking(keys[0] if keys else None, max(1, prompt - cached), prompt, out, shared)
+
+    def forecast_s(self, replica: str) -> float:
+        """Predicted seconds for `replica` to serve what it was routed and has not finished."""
+        f = self._fc.get(replica)
+        return self.drain.drain_s(f) if f else 0.0
+
+    def _spill(self, request, options: Sequence[str], now: float) -> str:
+        """Where a request goes whose group's holders are all at the load bound: a holder
+        anyway, or a new home, whichever the drain forecast prices lower. The price is the
+        drain after taking it plus the work it adds spread over the replicas (a spill adds
+        the prefix's prefill and a group to the new home's batches, which the cluster does
+        not pay if the holder takes it); the bound alone would spill every time, which
+        splits groups into pieces that pair up on the spill replicas."""
+        n = len(self._fc) or 1
+        best, best_price = options[0], math.inf
+        for r in options:
+            f = self._fc[r]
+            before = self.drain.drain_s(f)
+            after = self.drain.drain_s(f, self.booking(request, r, now))
+            price = after + (after - before) / n
+            if price < best_price:
+                best, best_price = r, price
+        return best
 
     def _eligible(self, candidates: Sequence[str], loads: Mapping[str, int]) -> list[str]:
         n = len(candidates)
@@ -336,12 +404,17 @@ class FeatherRule(RoutingRule):
                 key=lambda r: (load[r], self.groups(r)),
             )
             self.stats["matched"] += 1
+        elif max(depth.values()) >= self.min_match_chunks:
+            holders = [r for r in cands if depth[r] == max(depth.values())]
+            spill = sorted(eligible, key=lambda r: (self.groups(r), load[r]))[:1]
+            if spill and load[spill[0]] == 0:  # an idle replica: free parallelism, take it
+                first = spill
+            else:
+                first = [self._spill(request, holders + spill, now)]
+            self.stats["spilled" if first[0] not in holders else "kept"] += 1
         else:
             first = sorted(eligible, key=lambda r: (self.groups(r), load[r]))[:1]
-            if max(depth.values()) >= self.min_match_chunks:
-                self.stats["spilled"] += 1
-            else:
-                self.stats["new_group"] += 1
+            self.stats["new_group"] += 1
         rest = sorted((r for r in cands if r not in first), key=lambda r: (-depth[r], load[r]))
         return [first, rest]
 
@@ -349,6 +422,8 @@ class FeatherRule(RoutingRule):
     def on_routed(self, request, replica, now) -> None:
         if replica not in self._replicas:
             self.add_replica(replica, now)
+        booking = self.booking(request, replica, now)  # before its own keys count
+        self._fc[replica].add(booking)
         keys = self._keys(request)
         for key in keys:
             h = self._holds.setdefault(key, {}).setdefault(replica, _Hold())
@@ -361,7 +436,7 @@ class FeatherRule(RoutingRule):
         for r in self._share:
             self._share[r] *= self._decay
         self._share[replica] += 1.0
-        self._routed[request.request_id] = (replica, keys)
+        self._routed[request.request_id] = (replica, keys, booking)
         self.stats["routed"] += 1
         self._sweep_at += 1
         if self._sweep_at >= 4096:
@@ -377,11 +452,16 @@ class FeatherRule(RoutingRule):
             self._share[entry[0]] = max(0.0, self._share[entry[0]] - 1.0)
         self.stats["routed"] -= 1
 
-    def on_finished(self, request_id, replica, now) -> None:
+    def on_finished(self, request_id, replica, now, output_tokens=None) -> None:
+        if output_tokens is not None:
+            self._out_sum += output_tokens
+            self._out_n += 1
         entry = self._routed.pop(request_id, None)
         if entry is None:
             return
-        replica, keys = entry
+        replica, keys, booking = entry
+        if replica in self._fc:
+            self._fc[replica].add(booking, -1)
         for key in keys:
             h = self._holds.get(key, {}).get(replica)
             if h is not None:

@@ -226,7 +226,7 @@ class _Cluster:
 
     def _route(self, req: Request, now: float) -> None:
         t0 = time.perf_counter()
-        rr = RoutingRequest(req.request_id, tokens=req.prompt)
+        rr = RoutingRequest(req.request_id, tokens=req.prompt, max_tokens=req.output_len)
         cands = list(self.alive)
         chosen = pick(self.rule.rank(rr, cands, self.loads, now), self.loads) or cands[0]
         self.rule.on_routed(rr, chosen, now)
@@ -256,7 +256,7 @@ class _Cluster:
                 raise SimulationError(f"request {rec.request_id!r} answered twice")
             self.records[rec.request_id] = rec
             self.loads[self.names[i]] -= 1
-            self.rule.on_finished(rec.request_id, self.names[i], rec.finish)
+            self.rule.on_finished(rec.request_id, self.names[i], rec.finish, rec.output_len)
             for child in self.children.pop(rec.request_id, ()):
                 self._arrive(max(child.arrival_time, rec.finish), child)
 

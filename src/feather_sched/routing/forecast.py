@@ -1,0 +1,151 @@
+"""How long a replica needs to serve what it holds: the router's cost model.
+
+Feather's router places a request where the replicas' predicted drain times stay lowest, so it
+needs the one thing a request-count bound cannot tell it: what a request *costs* on each
+replica. That cost depends on what the replica already runs. A request of a group the replica
+runs adds its suffix's prefill and one more row to batches that read the group's prefix KV
+anyway; the same request on a replica without its group adds the prefix's prefill and, every
+decode step, another prefix to read (the paper's effect, which `sim.cost.step_model` prices).
+So concentrating a group is nearly free until the holder's queue outgrows a second replica's
+whole cost of taking the group on, and then spreading pays; with no sharing every request
+costs the same everywhere and the rule is join-the-least-work.
+
+`ReplicaForecast` keeps, per replica, the counts that price a drain with the step model:
+outstanding requests, their uncached prompt tokens (prefill still owed), prompt and expected
+output tokens, and per prefix group its members and shared prefix tokens. A drain is priced
+as the prefill of the uncached tokens plus `output tokens / batch` decode steps of the
+replica's batch shape (at most `max_num_seqs` rows; a longer queue runs in waves). It is a
+forecast, not a simulation: queues are priced as if they started now and ran together, which
+is what comparing replicas needs. The step model is the simulator's (a profile fitted by
+`feather calibrate` or `feather probe` prices a real deployment).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
+
+_PREFILL_PROBE_TOKENS = 2048
+"""Prefill tokens in the step that prices one prefill token (a chunked-prefill budget)."""
+
+
+@dataclass(slots=True)
+class Booking:
+    """What one routed request adds to its replica's forecast (undone when it finishes)."""
+
+    group: int | tuple | None
+    uncached: int
+    prompt: int
+    output: float
+    shared: int
+    """Prompt tokens it shares with the group's other outstanding members on that replica."""
+
+
+@dataclass(slots=True)
+class _Group:
+    members: int = 0
+    shared: int = 0
+
+    def contribution(self) -> tuple[int, int]:
+        """(distinct, logical) prefix KV tokens this group's batch rows share."""
+        if self.members >= 2 and self.shared:
+            return self.shared, self.members * self.shared
+        return 0, 0
+
+
+@dataclass(slots=True)
+class ReplicaForecast:
+    """One replica's outstanding work, as counts the step model prices (kept as running
+    sums, so pricing costs the same whatever the queue holds)."""
+
+    requests: int = 0
+    uncached: int = 0
+    prompt: int = 0
+    output: float = 0.0
+    shared_unique: int = 0
+    shared_logical: int = 0
+    groups: dict = field(default_factory=dict)
+
+    def add(self, b: Booking, sign: int = 1) -> None:
+        """Book `b` (sign 1) or release it (sign -1)."""
+        self.requests += sign
+        self.uncached += sign * b.uncached
+        self.prompt += sign * b.prompt
+        self.output += sign * b.output
+        if b.group is None:
+            return
+        g = self.groups.setdefault(b.group, _Group())
+        self._count(g, -1)
+        g.members += sign
+        g.shared = _joined_shared(g, b) if sign > 0 else (g.shared if g.members > 1 else 0)
+        if g.members <= 0:
+            del self.groups[b.group]
+        else:
+            self._count(g, 1)
+
+    def with_extra(self, b: Booking) -> tuple[int, int]:
+        """(distinct, logical) shared prefix tokens if `b` joined."""
+        g = self.groups.get(b.group) if b.group is not None else None
+        if g is None:
+            return self.shared_unique, self.shared_logical
+        u0, l0 = g.contribution()
+        u1, l1 = _Group(g.members + 1, _joined_shared(g, b)).contribution()
+        return self.shared_unique - u0 + u1, self.shared_logical - l0 + l1
+
+    def _count(self, g: _Group, sign: int) -> None:
+        u, lg = g.contribution()
+        self.shared_unique += sign * u
+        self.shared_logical += sign * lg
+
+    def group_count(self) -> int:
+        return len(self.groups)
+
+
+def _joined_shared(g: _Group, b: Booking) -> int:
+    """A group's shared prefix once `b` joins: the shortest any member shares."""
+    if g.members == 0 or not b.shared:
+        return g.shared
+    return b.shared if g.shared == 0 else min(g.shared, b.shared)
+
+
+class DrainModel:
+    """Prices a `ReplicaForecast` in seconds with the simulator's step model."""
+
+    def __init__(self, cost: StepCostModel, max_num_seqs: int) -> None:
+        if max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        self.cost = cost
+        self.max_num_seqs = int(max_num_seqs)
+        probe = BatchShape(
+            num_prefill_tokens=_PREFILL_PROBE_TOKENS,
+            prefill_attn_pairs=_PREFILL_PROBE_TOKENS * _PREFILL_PROBE_TOKENS // 2,
+            num_prefill_seqs=1,
+        )
+        self.prefill_s_per_token = cost.step_time(probe) / _PREFILL_PROBE_TOKENS
+
+    def drain_s(self, f: ReplicaForecast, extra: Booking | None = None) -> float:
+        """Seconds to serve everything `f` holds (plus `extra`, if given)."""
+        n = f.requests + (extra is not None)
+        if n <= 0:
+            return 0.0
+        uncached = f.uncached + (extra.uncached if extra else 0)
+        prompt = f.prompt + (extra.prompt if extra else 0)
+        output = f.output + (extra.output if extra else 0.0)
+        if extra is None:
+            shared_unique, shared_logical = f.shared_unique, f.shared_logical
+        else:
+            shared_unique, shared_logical = f.with_extra(extra)
+        rows = min(n, self.max_num_seqs)
+        scale = rows / n
+        logical = prompt + output / 2  # mean context over the decode
+        shape = BatchShape(
+            num_decode=rows,
+            logical_kv_tokens=int(scale * logical),
+            unique_kv_tokens=int(scale * (logical - shared_logical)) + shared_unique,
+            shared_unique_kv_tokens=shared_unique,
+            shared_logical_kv_tokens=int(scale * shared_logical),
+            shared_span_tokens=logical / n if shared_unique else 0.0,
+        )
+        steps = output / rows
+        return uncached * self.prefill_s_per_token + steps * self.cost.step_time(shape)
