@@ -98,9 +98,6 @@ class ReplicaForecast:
         self.shared_unique += sign * u
         self.shared_logical += sign * lg
 
-    def group_count(self) -> int:
-        return len(self.groups)
-
 
 def _joined_shared(g: _Group, b: Booking) -> int:
     """A group's shared prefix once `b` joins: the shortest any member shares."""

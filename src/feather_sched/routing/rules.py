@@ -206,7 +206,8 @@ class _Hold:
 
 
 class FeatherRule(RoutingRule):
-    """Concentrate each prefix group on as few replicas as the load bound allows.
+    """Concentrate each prefix group on as few replicas as the load bound allows; price the
+    spills.
 
     The router keeps the chained chunk digests (the CHT's keys: `(level, digest)` names a
     prompt prefix through chunk `level`) of every request it routed, per replica: how many
@@ -229,12 +230,25 @@ class FeatherRule(RoutingRule):
     than one replica's fair share spills to the next replica only when its holders reach
     the bound, and then it has two homes; a group never gets more homes than load needs.
 
-    Why bounds, not a learned weight: concentration is free until it unbalances replicas,
-    and `balance` is the unbalance the operator accepts (it caps `load_imbalance` at
-    ~`balance`). What is learned online is the group structure itself (which prefixes
-    exist, how much of the load each carries, who holds them); the rule never reads a
-    workload label. With no sharing (every request its own group), the rule is
-    join-the-shortest-queue, never worse balanced than pow2.
+    Spills are priced. When a request's group has holders but none within the bound, an
+    idle replica takes it (free parallelism: a group too big for one replica's share gets a
+    second home); a busy one only if the drain forecast (`routing.forecast`: the step model
+    prices each replica's outstanding requests, their uncached prefill, their groups' shared
+    prefix reads) says the holder would cost more: the price of each option is the drain
+    after taking the request plus the work it adds over the replica count, and a spill adds
+    the prefix's prefill and another group to a busy replica's batches. A bound alone spilled
+    every time, so spilled pieces of groups paired up on replicas that then set the makespan
+    (8 replicas: 0.62x Ray's prefix router on long-prefix; priced: 1.00x).
+
+    What is learned online: the group structure (which prefixes exist, how much of the load
+    each carries, who holds them) and the mean output length of finished requests (before
+    any, a request's `max_tokens`, else `default_output_tokens`); the step model is a prior
+    (the simulator's profile by default, a fitted one from `feather calibrate` or
+    `feather probe` for a real deployment). `balance` is the unbalance the operator accepts
+    before a group is split. The rule never reads a workload label. With no sharing (every
+    request its own group), the rule is join-the-shortest-queue, never worse balanced than
+    pow2. Known gap (benchmarks/cluster.md): the forecast does not know a group's future
+    arrivals, so it cannot tell early whether an idle replica will get a group of its own.
     """
 
     name = "feather"
