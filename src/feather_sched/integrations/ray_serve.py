@@ -12,10 +12,14 @@ public plug-in point; supported: ray 2.60) and delegates every decision to
         num_replicas=4,
         request_router_config=RequestRouterConfig(
             request_router_class=FeatherRequestRouter,
-            request_router_kwargs={"balance": 1.2, "chunk_tokens": 64},
+            request_router_kwargs={"balance": 1.2, "chunk_tokens": 64,
+                                   "hardware": "h100", "model": "llama-3.1-8b"},
         ),
     )
     class LLM: ...
+
+(`hardware` and `model` name the step model that prices spills, see `FeatherRule`: a
+built-in profile or a fitted profile's path.)
 
 What the router reads of a request: the first positional argument (or `request` keyword)
 with token ids (`prompt_token_ids` attribute or key, or a `prompt` that is a list of ints),
@@ -110,8 +114,8 @@ def request_of(request_id: str, args: Sequence[Any], kwargs: dict) -> RoutingReq
 
 
 class FeatherRequestRouter(RequestRouter):
-    """Ray Serve request router running Feather's bounded-load prefix placement
-    (`routing.rules.FeatherRule`; its options are `request_router_kwargs`)."""
+    """Ray Serve request router running Feather's bounded-load prefix placement with priced
+    spills (`routing.rules.FeatherRule`; its options are `request_router_kwargs`)."""
 
     def initialize_state(self, **kwargs: Any) -> None:
         self._rule = FeatherRule(**kwargs)
