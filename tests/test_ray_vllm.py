@@ -10,6 +10,7 @@ replica.
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import numpy as np
@@ -17,11 +18,18 @@ import pytest
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm]
 
-ray = pytest.importorskip("ray", reason="needs Ray Serve: pip install -e '.[ray]'")
-serve = pytest.importorskip("ray.serve", reason="needs Ray Serve: pip install -e '.[ray]'")
-pytest.importorskip(
-    "vllm", reason="needs the real vLLM engine: pip install -e '.[vllm]' (see pyproject)"
-)
+
+def _require(module: str, reason: str):
+    """Import `module`, or skip with `reason`. FEATHER_REQUIRE_RAY_VLLM=1 makes a missing one
+    a failure, for CI: the step that installs both extras must not pass on a skip."""
+    if os.environ.get("FEATHER_REQUIRE_RAY_VLLM") == "1":
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=reason)
+
+
+ray = _require("ray", "needs Ray Serve: pip install -e '.[ray]'")
+serve = _require("ray.serve", "needs Ray Serve: pip install -e '.[ray]'")
+_require("vllm", "needs the real vLLM engine: pip install -e '.[vllm]' (see pyproject)")
 
 from ray.serve.config import RequestRouterConfig  # noqa: E402
 
