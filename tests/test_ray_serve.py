@@ -25,6 +25,7 @@ from feather_sched.integrations.ray_serve import (  # noqa: E402
     EmulatedEngine,
     FeatherRequestRouter,
 )
+from serve_helpers import check_exactly_once, send_all  # noqa: E402
 
 RAY_PREFIX_ROUTER = (
     "ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router:"
@@ -71,34 +72,8 @@ def _app(name: str, router_config: RequestRouterConfig | None, time_scale: float
     return serve.run(dep.bind(policy="fcfs", time_scale=time_scale), name=name, route_prefix=None)
 
 
-def _send_all(handle, reqs, retries: int = 0, on_sent=None):
-    """Every request, concurrently; a failed one (its replica died) is sent again, up to
-    `retries` times. Returns {request_id: [answers]} and the number of retries."""
-    pending = {r.request_id: handle.remote(r) for _, r in reqs}
-    by_id = {r.request_id: r for _, r in reqs}
-    if on_sent is not None:
-        on_sent()
-    answers: dict[str, list[dict]] = {rid: [] for rid in by_id}
-    retried = 0
-    for _ in range(retries + 1):
-        failed = []
-        for rid, resp in pending.items():
-            try:
-                answers[rid].append(resp.result(timeout_s=60))
-            except Exception:  # the replica died under it: the client retries
-                failed.append(rid)
-        if not failed:
-            break
-        retried += len(failed)
-        pending = {rid: handle.remote(by_id[rid]) for rid in failed}
-    return answers, retried
-
-
-def _check_exactly_once(answers):
-    for rid, got in answers.items():
-        assert len(got) == 1, f"{rid}: {len(got)} answers"
-        assert got[0]["request_id"] == rid
-        assert got[0]["output_tokens"] == 16
+def _check_exactly_once(answers, reqs) -> None:
+    check_exactly_once(answers, {r.request_id: r.max_tokens for _, r in reqs})
 
 
 def test_feather_router_routes_and_groups(ray_local):
@@ -109,8 +84,8 @@ def test_feather_router_routes_and_groups(ray_local):
     handle = _app("feather", cfg)
     assert issubclass(FeatherRequestRouter, serve.request_router.RequestRouter)
     reqs = _workload()
-    answers, _ = _send_all(handle, reqs)
-    _check_exactly_once(answers)
+    answers, _ = send_all(handle, reqs)
+    _check_exactly_once(answers, reqs)
     group_of = {r.request_id: g for g, r in reqs}
     homes: dict[int, set] = {}
     per_replica: dict[str, int] = {}
@@ -132,8 +107,8 @@ def test_ray_routers_route_and_complete(ray_local, router):
         cfg = RequestRouterConfig(request_router_class=RAY_PREFIX_ROUTER)
     handle = _app(f"ray-{router}", cfg)
     reqs = _workload(groups=3, per_group=6)
-    answers, _ = _send_all(handle, reqs)
-    _check_exactly_once(answers)
+    answers, _ = send_all(handle, reqs)
+    _check_exactly_once(answers, reqs)
     serve.delete(f"ray-{router}")
 
 
@@ -154,8 +129,8 @@ def test_feather_router_survives_a_replica_dying(ray_local):
         victim = ray.get_actor(names[0]["name"], namespace=names[0]["namespace"])
         ray.kill(victim, no_restart=True)
 
-    answers, retried = _send_all(handle, reqs, retries=3, on_sent=kill_one)
-    _check_exactly_once(answers)
+    answers, retried = send_all(handle, reqs, retries=3, on_sent=kill_one)
+    _check_exactly_once(answers, reqs)
     assert retried > 0, "the kill landed after every request finished"
     serve.delete("dying")
 

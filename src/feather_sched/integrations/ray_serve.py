@@ -36,7 +36,8 @@ traffic: with one ingress (a proxy or an ingress deployment) that is all of it.
 `EmulatedEngine` is a deployment body for tests and `benchmarks/ray_cluster.py`: an engine
 emulated in real time by the simulator (`sim.cluster.ReplicaEngine` stepped in wall-clock
 time from the cost model), so a CPU machine can serve a Ray Serve app whose replicas behave
-like GPU engines.
+like GPU engines. For real engines behind the router, `integrations.ray_vllm.VllmReplica`
+(a vLLM engine with `FeatherScheduler`, one per replica).
 """
 
 from __future__ import annotations
