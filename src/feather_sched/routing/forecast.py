@@ -22,6 +22,7 @@ is what comparing replicas needs. The step model is the simulator's (a profile f
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
@@ -129,20 +130,58 @@ class DrainModel:
         uncached = f.uncached + (extra.uncached if extra else 0)
         prompt = f.prompt + (extra.prompt if extra else 0)
         output = f.output + (extra.output if extra else 0.0)
-        if extra is None:
-            shared_unique, shared_logical = f.shared_unique, f.shared_logical
-        else:
-            shared_unique, shared_logical = f.with_extra(extra)
+        shared = (f.shared_unique, f.shared_logical) if extra is None else f.with_extra(extra)
         rows = min(n, self.max_num_seqs)
+        step = self._decode_step_s(n, prompt, output, shared, rows)
+        return uncached * self.prefill_s_per_token + output / rows * step
+
+    def keeps_up(self, f: ReplicaForecast, rate_per_s: float, prefill_tokens: float) -> bool:
+        """Whether a replica whose queue looks like `f` serves `rate_per_s` arrivals, each
+        with `prefill_tokens` to compute, as fast as they come. Its batch grows until it
+        drains as fast as it fills (Little's law: rows in flight = arrival rate x decode
+        steps per request x step time); it keeps up if that batch fits `max_num_seqs`. Each
+        step also computes its share of the arrivals' prefill (chunked prefill rides with
+        the decode rows, nearly free while the step is memory-bound). Solved by fixed-point
+        iteration from one row (the step time only grows with the rows, so the iteration
+        climbs to the least fixed point or past the cap)."""
+        if f.requests <= 0:
+            return True
+        output = max(1.0, f.output / f.requests)
+        shared = (f.shared_unique, f.shared_logical)
+        rows = 1.0
+        for _ in range(64):
+            r = min(self.max_num_seqs, max(1, math.ceil(rows)))
+            prefill = r * prefill_tokens / output  # each request's prefill over its steps
+            step = self._decode_step_s(f.requests, f.prompt, f.output, shared, r, prefill)
+            needed = rate_per_s * output * step
+            if needed > self.max_num_seqs:
+                return False
+            if needed <= rows + 0.5:
+                return True
+            rows = needed
+        return False
+
+    def _decode_step_s(
+        self,
+        n: int,
+        prompt: float,
+        output: float,
+        shared: tuple[int, int],
+        rows: int,
+        prefill_tokens: float = 0.0,
+    ) -> float:
+        """One decode step of `rows` rows drawn from a queue of `n` requests with these
+        totals (the queue's mix of groups, scaled to the rows), plus `prefill_tokens`."""
+        shared_unique, shared_logical = shared
         scale = rows / n
         logical = prompt + output / 2  # mean context over the decode
         shape = BatchShape(
             num_decode=rows,
+            num_prefill_tokens=int(prefill_tokens),
             logical_kv_tokens=int(scale * logical),
             unique_kv_tokens=int(scale * (logical - shared_logical)) + shared_unique,
             shared_unique_kv_tokens=shared_unique,
             shared_logical_kv_tokens=int(scale * shared_logical),
             shared_span_tokens=logical / n if shared_unique else 0.0,
         )
-        steps = output / rows
-        return uncached * self.prefill_s_per_token + steps * self.cost.step_time(shape)
+        return self.cost.step_time(shape)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import random
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -206,8 +207,8 @@ class _Hold:
 
 
 class FeatherRule(RoutingRule):
-    """Concentrate each prefix group on as few replicas as the load bound allows; price the
-    spills.
+    """Concentrate each prefix group on as few replicas as its load needs; price the
+    placements.
 
     The router keeps the chained chunk digests (the CHT's keys: `(level, digest)` names a
     prompt prefix through chunk `level`) of every request it routed, per replica: how many
@@ -230,15 +231,19 @@ class FeatherRule(RoutingRule):
     than one replica's fair share spills to the next replica only when its holders reach
     the bound, and then it has two homes; a group never gets more homes than load needs.
 
-    Spills are priced. When a request's group has holders but none within the bound, an
-    idle replica takes it (free parallelism: a group too big for one replica's share gets a
-    second home); a busy one only if the drain forecast (`routing.forecast`: the step model
-    prices each replica's outstanding requests, their uncached prefill, their groups' shared
-    prefix reads) says the holder would cost more: the price of each option is the drain
-    after taking the request plus the work it adds over the replica count, and a spill adds
-    the prefix's prefill and another group to a busy replica's batches. A bound alone spilled
-    every time, so spilled pieces of groups paired up on replicas that then set the makespan
-    (8 replicas: 0.62x Ray's prefix router on long-prefix; priced: 1.00x).
+    Placement is priced with a drain forecast (`routing.forecast`: the step model prices
+    each replica's outstanding requests, their uncached prefill and the prefixes their
+    batches share, against the cache). A new group opens on the replica, among those
+    running the fewest groups, where the forecast prices it lowest: beside prefixes it fits
+    in the cache with, not merely on the shortest queue. When a group's holders are all at
+    the bound: an idle replica takes the request (free parallelism); else the holder keeps
+    it while it keeps up with its arrivals (`DrainModel.keeps_up`: the batch its recent
+    arrival rate needs, by Little's law on the step model, fits `max_num_seqs`), so a group
+    is split for capacity, not for a count; else the cheaper of holder and new home by the
+    forecast (the drain after taking it plus the work it adds over the replica count). A
+    bound alone split groups into pieces that paired up on other replicas, which then set
+    the makespan (8 replicas: 0.62x Ray's prefix router on long-prefix; 4 replicas, paper-5g
+    on seed 1: 0.50x; now 1.00x and 1.03x, benchmarks/cluster.md).
 
     What is learned online: the group structure (which prefixes exist, how much of the load
     each carries, who holds them) and the mean output length of finished requests (before
@@ -247,8 +252,8 @@ class FeatherRule(RoutingRule):
     `feather probe` for a real deployment). `balance` is the unbalance the operator accepts
     before a group is split. The rule never reads a workload label. With no sharing (every
     request its own group), the rule is join-the-shortest-queue, never worse balanced than
-    pow2. Known gap (benchmarks/cluster.md): the forecast does not know a group's future
-    arrivals, so it cannot tell early whether an idle replica will get a group of its own.
+    pow2. The arrival rate is each replica's last `rate_window` routings (fewer, or a burst
+    at one instant: no rate, and the bound decides). Known gaps: benchmarks/cluster.md.
     """
 
     name = "feather"
@@ -268,6 +273,7 @@ class FeatherRule(RoutingRule):
         model: str = "llama-3.1-8b",
         kernel: str = "paged",
         default_output_tokens: int = 256,
+        rate_window: int = 16,
     ) -> None:
         if balance < 1.0:
             raise ValueError(f"balance must be >= 1, got {balance}")
@@ -276,6 +282,8 @@ class FeatherRule(RoutingRule):
         self._out_sum = 0.0
         self._out_n = 0
         self._fc: dict[str, ReplicaForecast] = {}
+        self.rate_window = int(rate_window)
+        self._arrivals: dict[str, deque] = {}
         self.balance = float(balance)
         self.chunk_tokens = int(chunk_tokens)
         self.chars_per_token = int(chars_per_token)
@@ -303,12 +311,13 @@ class FeatherRule(RoutingRule):
         self._share[replica] = sum(shares) / len(shares) if shares else 0.0
         self._groups[replica] = {}
         self._fc[replica] = ReplicaForecast()
+        self._arrivals[replica] = deque(maxlen=self.rate_window)
 
     def remove_replica(self, replica) -> None:
         if replica not in self._replicas:
             return
         del self._replicas[replica]
-        for d in (self._load, self._share, self._groups, self._fc):
+        for d in (self._load, self._share, self._groups, self._fc, self._arrivals):
             d.pop(replica, None)
         for key in list(self._holds):
             holders = self._holds[key]
@@ -369,13 +378,11 @@ class FeatherRule(RoutingRule):
         f = self._fc.get(replica)
         return self.drain.drain_s(f) if f else 0.0
 
-    def _spill(self, request, options: Sequence[str], now: float) -> str:
-        """Where a request goes whose group's holders are all at the load bound: a holder
-        anyway, or a new home, whichever the drain forecast prices lower. The price is the
-        drain after taking it plus the work it adds spread over the replicas (a spill adds
-        the prefix's prefill and a group to the new home's batches, which the cluster does
-        not pay if the holder takes it); the bound alone would spill every time, which
-        splits groups into pieces that pair up on the spill replicas."""
+    def _cheapest(self, request, options: Sequence[str], now: float) -> str:
+        """The option the drain forecast prices lowest (the first on a tie): the drain after
+        taking the request plus the work it adds over the replica count (a new home adds
+        the prefix's prefill and a group to that replica's batches, which the cluster does
+        not pay if a holder takes it)."""
         n = len(self._fc) or 1
         best, best_price = options[0], math.inf
         for r in options:
@@ -386,6 +393,19 @@ class FeatherRule(RoutingRule):
             if price < best_price:
                 best, best_price = r, price
         return best
+
+    def _keeps_up(self, request: RoutingRequest, replica: str, now: float) -> bool:
+        """Whether `replica` serves its arrivals as they come (`DrainModel.keeps_up`), at
+        the rate its last `rate_window` routed requests arrived."""
+        times = self._arrivals.get(replica)
+        if times is None or now <= times[0]:
+            return False  # a burst: everything at once
+        if len(times) < self.rate_window:
+            return False  # too few arrivals to tell: the bound decides, as without a rate
+        rate = len(times) / (now - times[0])
+        # its uncached tokens, less the half chunk a chunk-granular match misses on average
+        prefill = max(1.0, self.booking(request, replica, now).uncached - self.chunk_tokens / 2)
+        return self.drain.keeps_up(self._fc[replica], rate, prefill)
 
     def _eligible(self, candidates: Sequence[str], loads: Mapping[str, int]) -> list[str]:
         n = len(candidates)
@@ -421,13 +441,18 @@ class FeatherRule(RoutingRule):
         elif max(depth.values()) >= self.min_match_chunks:
             holders = [r for r in cands if depth[r] == max(depth.values())]
             spill = sorted(eligible, key=lambda r: (self.groups(r), load[r]))[:1]
+            holder = min(holders, key=lambda r: load[r])
             if spill and load[spill[0]] == 0:  # an idle replica: free parallelism, take it
                 first = spill
+            elif self._keeps_up(request, holder, now):
+                first = [holder]  # over the bound, but it serves its arrivals: keep the group
             else:
-                first = [self._spill(request, holders + spill, now)]
+                first = [self._cheapest(request, holders + spill, now)]
             self.stats["spilled" if first[0] not in holders else "kept"] += 1
         else:
-            first = sorted(eligible, key=lambda r: (self.groups(r), load[r]))[:1]
+            fewest = min(self.groups(r) for r in eligible)
+            opening = sorted((r for r in eligible if self.groups(r) == fewest), key=load.get)
+            first = [self._cheapest(request, opening, now)]
             self.stats["new_group"] += 1
         rest = sorted((r for r in cands if r not in first), key=lambda r: (-depth[r], load[r]))
         return [first, rest]
@@ -451,6 +476,7 @@ class FeatherRule(RoutingRule):
             self._share[r] *= self._decay
         self._share[replica] += 1.0
         self._routed[request.request_id] = (replica, keys, booking)
+        self._arrivals[replica].append(now)
         self.stats["routed"] += 1
         self._sweep_at += 1
         if self._sweep_at >= 4096:
