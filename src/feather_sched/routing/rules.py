@@ -226,10 +226,9 @@ class FeatherRule(RoutingRule):
     (benchmarks/cluster.md): a fixed 2 split document-qa's groups at 8 replicas (0.68x
     prefix-affinity); one per replica does not, and changes nothing at 2 and 4. Among eligible
     replicas: the ones holding the request's deepest prefix (at least `min_match_chunks`
-    chunks), least loaded first; if none holds any of it, the request opens a group, on the
-    eligible replica running the fewest groups (then the shortest queue). A group larger
-    than one replica's fair share spills to the next replica only when its holders reach
-    the bound, and then it has two homes; a group never gets more homes than load needs.
+    chunks), least loaded first; if none holds any of it, the request opens a group on an
+    eligible replica running the fewest groups (which one: below). A group larger than one
+    replica's fair share can spill only when its holders reach the bound (where: below).
 
     Placement is priced with a drain forecast (`routing.forecast`: the step model prices
     each replica's outstanding requests, their uncached prefill and the prefixes their
