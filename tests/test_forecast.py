@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from feather_sched.bench.cluster import ClusterBenchSpec, run_cluster_bench
 from feather_sched.bench.suite import BenchSpec
+from feather_sched.policies.registry import make_policy
 from feather_sched.routing.forecast import Booking, DrainModel, ReplicaForecast
+from feather_sched.routing.rules import make_rule
+from feather_sched.sim.cluster import simulate_cluster
+from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost.step_model import StepCostModel
+from feather_sched.workloads.presets import PAPER_SHAPE
+from feather_sched.workloads.registry import make_workload
 
 COST = StepCostModel("h100", "llama-3.1-8b", "paged")
 bookings = st.builds(
@@ -97,3 +105,43 @@ def test_a_group_too_many_for_the_replicas_pairs_where_its_prefix_fits():
     )
     pa, feather = run_cluster_bench(spec)
     assert feather["output_tok_s"] >= 0.97 * pa["output_tok_s"]
+
+
+def test_a_booked_copy_leaves_the_original_alone():
+    f = _replica([3, 2])
+    before = (f.requests, f.uncached, f.shared_unique, f.shared_logical, len(f.groups))
+    g = f.plus(Booking(7, 100, 8224, 64.0, 8192))  # a spill: its group runs elsewhere
+    assert (f.requests, f.uncached, f.shared_unique, f.shared_logical, len(f.groups)) == before
+    assert g.requests == f.requests + 1 and g.members_of(7) == 1
+    assert g.shared_unique == f.shared_unique + 8192  # its prefix joins the working set
+
+
+def test_a_hot_group_stays_whole_where_it_keeps_up():
+    """60% of the arrivals in one group, the rest in 10 small ones, 4 replicas (no replica
+    is ever idle): the hot group's holder keeps up, so it is not split onto busy replicas;
+    Ray's prefix router piles small groups onto it too, pow2 mixes everything."""
+    shape = {**PAPER_SHAPE}
+    hot = make_workload(
+        "long-prefix",
+        num_prefixes=1,
+        requests_per_prefix=600,
+        **{**shape, "arrival": "poisson:600"},
+    ).generate(11)
+    rest = make_workload(
+        "long-prefix",
+        num_prefixes=10,
+        requests_per_prefix=40,
+        **{**shape, "arrival": "poisson:400"},
+    ).generate(12)
+    reqs = [dataclasses.replace(r, request_id=f"h{r.request_id}") for r in hot]
+    reqs += [dataclasses.replace(r, request_id=f"s{r.request_id}") for r in rest]
+    engine = EngineConfig(max_num_seqs=500)
+    tok = {}
+    for router in ("pow2", "prefix-affinity", "feather"):
+        kw = {"cost": COST, "max_num_seqs": 500} if router == "feather" else {}
+        policy = "feather" if router == "feather" else "fcfs"
+        res = simulate_cluster(
+            reqs, make_rule(router, **kw), lambda p=policy: make_policy(p), COST, engine, 4
+        )
+        tok[router] = res.summary()["output_tok_s"]
+    assert tok["feather"] >= 1.5 * max(tok["pow2"], tok["prefix-affinity"])

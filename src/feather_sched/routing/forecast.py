@@ -40,7 +40,8 @@ class Booking:
     prompt: int
     output: float
     shared: int
-    """Prompt tokens it shares with the group's other outstanding members on that replica."""
+    """Prompt tokens it shares with its group's outstanding members (on that replica, or, for a
+    spill, anywhere: the followers it brings will share them)."""
 
 
 @dataclass(slots=True)
@@ -49,8 +50,10 @@ class _Group:
     shared: int = 0
 
     def contribution(self) -> tuple[int, int]:
-        """(distinct, logical) prefix KV tokens this group's batch rows share."""
-        if self.members >= 2 and self.shared:
+        """(distinct, logical) prefix KV tokens this group's batch rows share. A lone member
+        of a group that runs elsewhere counts too: a spill's followers come after it, and
+        its prefix is in the cache's working set from its first step."""
+        if self.members >= 1 and self.shared:
             return self.shared, self.members * self.shared
         return 0, 0
 
@@ -79,11 +82,26 @@ class ReplicaForecast:
         g = self.groups.setdefault(b.group, _Group())
         self._count(g, -1)
         g.members += sign
-        g.shared = _joined_shared(g, b) if sign > 0 else (g.shared if g.members > 1 else 0)
+        if sign > 0:
+            g.shared = _joined_shared(g, b)
         if g.members <= 0:
             del self.groups[b.group]
         else:
             self._count(g, 1)
+
+    def plus(self, b: Booking) -> ReplicaForecast:
+        """A copy with `b` booked."""
+        f = ReplicaForecast(
+            self.requests, self.uncached, self.prompt, self.output,
+            self.shared_unique, self.shared_logical,
+            {k: _Group(g.members, g.shared) for k, g in self.groups.items()},
+        )  # fmt: skip
+        f.add(b)
+        return f
+
+    def members_of(self, group) -> int:
+        g = self.groups.get(group)
+        return g.members if g else 0
 
     def with_extra(self, b: Booking) -> tuple[int, int]:
         """(distinct, logical) shared prefix tokens if `b` joined."""
@@ -102,7 +120,7 @@ class ReplicaForecast:
 
 def _joined_shared(g: _Group, b: Booking) -> int:
     """A group's shared prefix once `b` joins: the shortest any member shares."""
-    if g.members == 0 or not b.shared:
+    if not b.shared:
         return g.shared
     return b.shared if g.shared == 0 else min(g.shared, b.shared)
 

@@ -238,11 +238,14 @@ class FeatherRule(RoutingRule):
     the bound: an idle replica takes the request (free parallelism); else the holder keeps
     it while it keeps up with its arrivals (`DrainModel.keeps_up`: the batch its recent
     arrival rate needs, by Little's law on the step model, fits `max_num_seqs`), so a group
-    is split for capacity, not for a count; else the cheaper of holder and new home by the
-    forecast (the drain after taking it plus the work it adds over the replica count). A
-    bound alone split groups into pieces that paired up on other replicas, which then set
-    the makespan (8 replicas: 0.62x Ray's prefix router on long-prefix; 4 replicas, paper-5g
-    on seed 1: 0.50x; now 1.00x and 1.03x, benchmarks/cluster.md).
+    is split for capacity, not for a count; and a busy replica becomes a second home only
+    if it would keep up with half the group's arrivals on top of its own, the group's
+    prefix in its cache beside the others (then the cheaper of the two by the forecast:
+    the drain after taking it plus the work it adds over the replica count). Without
+    measured rates (a burst, or too few arrivals yet) a group stays whole. A bound alone
+    split groups into pieces that paired up on other replicas, which then set the makespan
+    (8 replicas: 0.62x Ray's prefix router on long-prefix; 4 replicas, paper-5g on seed 1:
+    0.50x; now 1.00x and 1.03x, benchmarks/cluster.md).
 
     What is learned online: the group structure (which prefixes exist, how much of the load
     each carries, who holds them) and the mean output length of finished requests (before
@@ -368,7 +371,8 @@ class FeatherRule(RoutingRule):
         if request.tokens is None:
             prompt = -(-prompt // self.chars_per_token)
         cached = min(prompt, self.depth(request, replica, now) * self.chunk_tokens)
-        shared = min(prompt, self.depth(request, replica, now, True) * self.chunk_tokens)
+        running = max((self.depth(request, r, now, True) for r in self._fc), default=0)
+        shared = min(prompt, running * self.chunk_tokens)
         out = self._expected_output(request)
         return Booking(keys[0] if keys else None, max(1, prompt - cached), prompt, out, shared)
 
@@ -396,15 +400,33 @@ class FeatherRule(RoutingRule):
     def _keeps_up(self, request: RoutingRequest, replica: str, now: float) -> bool:
         """Whether `replica` serves its arrivals as they come (`DrainModel.keeps_up`), at
         the rate its last `rate_window` routed requests arrived."""
-        times = self._arrivals.get(replica)
-        if times is None or now <= times[0]:
-            return False  # a burst: everything at once
-        if len(times) < self.rate_window:
-            return False  # too few arrivals to tell: the bound decides, as without a rate
-        rate = len(times) / (now - times[0])
+        rate = self._rate(replica, now)
+        if rate is None:
+            return False  # too few arrivals to tell, or a burst: the bound decides
         # its uncached tokens, less the half chunk a chunk-granular match misses on average
         prefill = max(1.0, self.booking(request, replica, now).uncached - self.chunk_tokens / 2)
         return self.drain.keeps_up(self._fc[replica], rate, prefill)
+
+    def _rate(self, replica: str, now: float) -> float | None:
+        """Arrivals per second over `replica`'s last `rate_window` routings; None if fewer,
+        or a burst (all at one instant: no rate to speak of)."""
+        times = self._arrivals.get(replica)
+        if times is None or len(times) < self.rate_window or now <= times[0]:
+            return None
+        return len(times) / (now - times[0])
+
+    def _takes_over(self, request: RoutingRequest, holder: str, target: str, now: float) -> bool:
+        """Whether busy `target` keeps up once it is a second home to `request`'s group
+        (half the group's arrivals at the holder, on top of its own), its prefix in
+        `target`'s cache beside the others. Unknown rates: no (the group stays whole)."""
+        rate_h, rate_t = self._rate(holder, now), self._rate(target, now)
+        if rate_h is None or rate_t is None:
+            return False
+        booking = self.booking(request, target, now)
+        f_h = self._fc[holder]
+        group_rate = rate_h * f_h.members_of(booking.group) / max(1, f_h.requests)
+        prefill = max(1.0, self.booking(request, holder, now).uncached - self.chunk_tokens / 2)
+        return self.drain.keeps_up(self._fc[target].plus(booking), rate_t + group_rate / 2, prefill)
 
     def _eligible(self, candidates: Sequence[str], loads: Mapping[str, int]) -> list[str]:
         n = len(candidates)
@@ -443,10 +465,12 @@ class FeatherRule(RoutingRule):
             holder = min(holders, key=lambda r: load[r])
             if spill and load[spill[0]] == 0:  # an idle replica: free parallelism, take it
                 first = spill
-            elif self._keeps_up(request, holder, now):
+            elif not spill or self._keeps_up(request, holder, now):
                 first = [holder]  # over the bound, but it serves its arrivals: keep the group
+            elif self._takes_over(request, holder, spill[0], now):
+                first = [self._cheapest(request, [holder, spill[0]], now)]
             else:
-                first = [self._cheapest(request, holders + spill, now)]
+                first = [holder]  # a busy replica would not serve the group better
             self.stats["spilled" if first[0] not in holders else "kept"] += 1
         else:
             fewest = min(self.groups(r) for r in eligible)
