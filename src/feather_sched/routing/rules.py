@@ -363,23 +363,27 @@ class FeatherRule(RoutingRule):
             return min(mean, request.max_tokens) if request.max_tokens else mean
         return float(request.max_tokens or self.default_output_tokens)
 
-    def booking(self, request: RoutingRequest, replica: str, now: float) -> Booking:
+    def _running_depth(self, request: RoutingRequest, now: float) -> int:
+        """Leading chunks of the request's prompt that some replica is running."""
+        return max((self.depth(request, r, now, True) for r in self._fc), default=0)
+
+    def booking(
+        self, request: RoutingRequest, replica: str, now: float, running: int | None = None
+    ) -> Booking:
         """What `request` would add to `replica`'s drain forecast: its uncached prompt
-        tokens there, its group, the prompt tokens it shares with the group's rows there."""
+        tokens there, its group, the prompt tokens it shares with the group's rows (there,
+        or anywhere: `running`, the `_running_depth`, the same for every replica of one
+        decision, so a caller pricing several replicas passes it once)."""
         keys = self._keys(request)
         prompt = request.length
         if request.tokens is None:
             prompt = -(-prompt // self.chars_per_token)
         cached = min(prompt, self.depth(request, replica, now) * self.chunk_tokens)
-        running = max((self.depth(request, r, now, True) for r in self._fc), default=0)
+        if running is None:
+            running = self._running_depth(request, now)
         shared = min(prompt, running * self.chunk_tokens)
         out = self._expected_output(request)
         return Booking(keys[0] if keys else None, max(1, prompt - cached), prompt, out, shared)
-
-    def forecast_s(self, replica: str) -> float:
-        """Predicted seconds for `replica` to serve what it was routed and has not finished."""
-        f = self._fc.get(replica)
-        return self.drain.drain_s(f) if f else 0.0
 
     def _cheapest(self, request, options: Sequence[str], now: float) -> str:
         """The option the drain forecast prices lowest (the first on a tie): the drain after
@@ -387,11 +391,12 @@ class FeatherRule(RoutingRule):
         the prefix's prefill and a group to that replica's batches, which the cluster does
         not pay if a holder takes it)."""
         n = len(self._fc) or 1
+        running = self._running_depth(request, now)
         best, best_price = options[0], math.inf
         for r in options:
             f = self._fc[r]
             before = self.drain.drain_s(f)
-            after = self.drain.drain_s(f, self.booking(request, r, now))
+            after = self.drain.drain_s(f, self.booking(request, r, now, running))
             price = after + (after - before) / n
             if price < best_price:
                 best, best_price = r, price
@@ -422,10 +427,12 @@ class FeatherRule(RoutingRule):
         rate_h, rate_t = self._rate(holder, now), self._rate(target, now)
         if rate_h is None or rate_t is None:
             return False
-        booking = self.booking(request, target, now)
+        running = self._running_depth(request, now)
+        booking = self.booking(request, target, now, running)
         f_h = self._fc[holder]
         group_rate = rate_h * f_h.members_of(booking.group) / max(1, f_h.requests)
-        prefill = max(1.0, self.booking(request, holder, now).uncached - self.chunk_tokens / 2)
+        at_holder = self.booking(request, holder, now, running)
+        prefill = max(1.0, at_holder.uncached - self.chunk_tokens / 2)
         return self.drain.keeps_up(self._fc[target].plus(booking), rate_t + group_rate / 2, prefill)
 
     def _eligible(self, candidates: Sequence[str], loads: Mapping[str, int]) -> list[str]:
