@@ -36,10 +36,10 @@ WORKLOADS = (
 RAY_ROUTERS = ("pow2", "prefix-affinity")
 
 
-def _run(job: tuple[int, int, tuple[str, ...]]) -> list[dict]:
-    replicas, seed, routers = job
+def _run(job: tuple[int, int, tuple[str, ...], tuple[str, ...]]) -> list[dict]:
+    replicas, seed, routers, workloads = job
     spec = ClusterBenchSpec(
-        base=BenchSpec(workloads=WORKLOADS, seed=seed), replicas=replicas, routers=routers
+        base=BenchSpec(workloads=workloads, seed=seed), replicas=replicas, routers=routers
     )
     return [{**row, "seed": seed} for row in run_cluster_bench(spec)]
 
@@ -52,6 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--replicas", default="2,4,8")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--baseline", default=None, help="reuse Ray's rows from this record")
     parser.add_argument("--json", default=None)
     parser.add_argument("--floor", type=float, default=0.97)
@@ -62,8 +63,9 @@ def main() -> None:
         with open(args.baseline) as f:
             baseline = [r for r in json.load(f)["rows"] if r["router"] in RAY_ROUTERS]
     routers = ("feather",) if baseline else (*RAY_ROUTERS, "feather")
+    workloads = tuple(args.workloads.split(","))
     jobs = [
-        (int(n), int(s), routers)
+        (int(n), int(s), routers, workloads)
         for s in args.seeds.split(",")
         for n in args.replicas.split(",")
     ]

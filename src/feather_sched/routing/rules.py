@@ -235,17 +235,23 @@ class FeatherRule(RoutingRule):
     batches share, against the cache). A new group opens on the replica, among those
     running the fewest groups, where the forecast prices it lowest: beside prefixes it fits
     in the cache with, not merely on the shortest queue. When a group's holders are all at
-    the bound: an idle replica takes the request (free parallelism); else the holder keeps
-    it while it keeps up with its arrivals (`DrainModel.keeps_up`: the batch its recent
-    arrival rate needs, by Little's law on the step model, fits `max_num_seqs`), so a group
-    is split for capacity, not for a count; and a busy replica becomes a second home only
-    if it would keep up with half the group's arrivals on top of its own, the group's
-    prefix in its cache beside the others (then the cheaper of the two by the forecast:
-    the drain after taking it plus the work it adds over the replica count). Without
-    measured rates (a burst, or too few arrivals yet) a group stays whole. A bound alone
-    split groups into pieces that paired up on other replicas, which then set the makespan
-    (8 replicas: 0.62x Ray's prefix router on long-prefix; 4 replicas, paper-5g on seed 1:
-    0.50x; now 1.00x and 1.03x, benchmarks/cluster.md).
+    the bound (`_spill`): an idle replica takes the request (free parallelism) unless the
+    request would finish sooner behind a holder's queue (late in a burst a cold replica pays
+    the whole prefix prefill for a few requests); else a holder that keeps up with its
+    arrivals keeps it (`DrainModel.keeps_up`: the batch its recent arrival rate needs, by
+    Little's law on the step model, fits `max_num_seqs`), so a group is split for capacity,
+    not for a count, and a group split once is not split again while one of its homes
+    keeps up; else a busy replica becomes a second home only if it would keep up with half
+    the group's arrivals on top of its own, the group's prefix in its cache beside the
+    others. The second home is the replica, among the eligible ones running the fewest
+    groups, that the forecast prices lowest (not the shortest queue: a short queue of long
+    prefixes drains slowest), and the request goes to the cheaper of it and the holder (the
+    drain after taking it plus the work it adds over the replica count). Without measured
+    rates (a burst, or too few arrivals yet) a group stays whole. A bound alone split groups
+    into pieces that paired up on other replicas, which then set the makespan (8 replicas:
+    0.62x Ray's prefix router on long-prefix; 4 replicas, paper-5g on seed 1: 0.50x; now
+    1.00x and 1.03x), and each of the three refinements above mended a row that lost to a
+    Ray router on another seed (benchmarks/cluster.md, `benchmarks/cluster_grid.py`).
 
     What is learned online: the group structure (which prefixes exist, how much of the load
     each carries, who holds them) and the mean output length of finished requests (before
@@ -402,6 +408,10 @@ class FeatherRule(RoutingRule):
                 best, best_price = r, price
         return best
 
+    def _finish_s(self, request: RoutingRequest, replica: str, now: float) -> float:
+        """When `request` would finish on `replica`: the drain of its queue with it."""
+        return self.drain.drain_s(self._fc[replica], self.booking(request, replica, now))
+
     def _keeps_up(self, request: RoutingRequest, replica: str, now: float) -> bool:
         """Whether `replica` serves its arrivals as they come (`DrainModel.keeps_up`), at
         the rate its last `rate_window` routed requests arrived."""
@@ -434,6 +444,31 @@ class FeatherRule(RoutingRule):
         at_holder = self.booking(request, holder, now, running)
         prefill = max(1.0, at_holder.uncached - self.chunk_tokens / 2)
         return self.drain.keeps_up(self._fc[target].plus(booking), rate_t + group_rate / 2, prefill)
+
+    def _spill(
+        self,
+        request: RoutingRequest,
+        holders: list[str],
+        eligible: list[str],
+        load: Mapping[str, int],
+        now: float,
+    ) -> str:
+        """Where a request goes when every replica holding its prefix is at the bound."""
+        holder = min(holders, key=load.__getitem__)
+        idle = [r for r in eligible if load[r] == 0]
+        if idle:  # free parallelism, unless it would finish sooner behind the holder's queue
+            target = self._cheapest(request, idle, now)
+            if self._finish_s(request, holder, now) < self._finish_s(request, target, now):
+                return holder  # late in a burst: a cold replica pays the whole prefix
+            return target
+        for h in sorted(holders, key=load.__getitem__):
+            if self._keeps_up(request, h, now):
+                return h  # over the bound, but it serves its arrivals: keep the group
+        fewest = min(self.groups(r) for r in eligible)
+        target = self._cheapest(request, [r for r in eligible if self.groups(r) == fewest], now)
+        if self._takes_over(request, holder, target, now):
+            return self._cheapest(request, [holder, target], now)
+        return holder  # a busy replica would not serve the group better
 
     def _eligible(self, candidates: Sequence[str], loads: Mapping[str, int]) -> list[str]:
         n = len(candidates)
@@ -468,16 +503,7 @@ class FeatherRule(RoutingRule):
             self.stats["matched"] += 1
         elif max(depth.values()) >= self.min_match_chunks:
             holders = [r for r in cands if depth[r] == max(depth.values())]
-            spill = sorted(eligible, key=lambda r: (self.groups(r), load[r]))[:1]
-            holder = min(holders, key=lambda r: load[r])
-            if spill and load[spill[0]] == 0:  # an idle replica: free parallelism, take it
-                first = spill
-            elif not spill or self._keeps_up(request, holder, now):
-                first = [holder]  # over the bound, but it serves its arrivals: keep the group
-            elif self._takes_over(request, holder, spill[0], now):
-                first = [self._cheapest(request, [holder, spill[0]], now)]
-            else:
-                first = [holder]  # a busy replica would not serve the group better
+            first = [self._spill(request, holders, eligible, load, now)]
             self.stats["spilled" if first[0] not in holders else "kept"] += 1
         else:
             fewest = min(self.groups(r) for r in eligible)
