@@ -9,6 +9,8 @@ from array import array
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from feather_sched.index.cht import RequestState
 from feather_sched.integrations.sglang import settings_from_env
@@ -179,3 +181,74 @@ def test_config_rejects_bad_values():
         settings_from_env({"FEATHER_POLICY_OPTIONS": "[1]"})
     with pytest.raises(ValueError, match="FEATHER_CHUNK_TOKENS"):
         settings_from_env({"FEATHER_CHUNK_TOKENS": "0"})
+
+
+RADIX = SimpleNamespace(disable=False)  # SGLang's radix cache, on (only `disable` is read)
+
+
+def radix_pass(q: SGLangQueue, waiting: list, running: list, cached: set, fits: int) -> list:
+    """One SGLang pass with its radix cache: each offered request's `prefix_len` is its group
+    prefix if that prefix was computed by an earlier pass (SGLang matches it just before
+    offering), else 0. The pass's prefills then run: their prefixes become cached."""
+    for r in waiting:
+        r.prefix_len = len(PREFIX[r.rid[0]]) if r.rid[0] in cached else 0
+    q.begin_pass(waiting, running)
+    batch = scheduler_loop(q, waiting, fits)
+    for r in batch:
+        waiting.remove(r)
+        running.append(r)
+        cached.add(r.rid[0])
+    return batch
+
+
+def test_members_of_a_prefix_in_flight_wait_one_pass_for_the_cache():
+    """Cold: the first pass takes one request of the first group and ends (its members would
+    each compute the prefix again); the next takes the members, a cache hit each, and then
+    the next group's first request only, and so on: each prefix computed once, every batch
+    one group deeper."""
+    q = SGLangQueue(GroupedPolicy(), chunk_tokens=32, tree_cache=RADIX)
+    waiting, running, cached = interleaved(4), [], set()
+    passes = []
+    while waiting and len(passes) < 16:
+        passes.append([r.rid for r in radix_pass(q, waiting, running, cached, fits=100)])
+    assert passes[0] == ["A0"]
+    assert passes[1][:4] == ["A1", "A2", "A3", "B0"] and len(passes[1]) == 4
+    assert len(passes) == 5 and sum(map(len, passes)) == 16
+    assert q.stats.deferrals == 4 and q.stats.stops == 0  # not the policy's STOPs
+    q.sync(waiting, running)
+    q.check(waiting, running)
+
+
+def test_without_a_radix_cache_nothing_is_deferred():
+    q = SGLangQueue(GroupedPolicy(), chunk_tokens=32, tree_cache=SimpleNamespace(disable=True))
+    waiting, running, cached = interleaved(2), [], set()
+    first = radix_pass(q, waiting, running, cached, fits=100)
+    assert [r.rid for r in first] == ["A0", "A1", "B0", "B1", "C0", "C1", "D0", "D1"]
+    assert q.stats.deferrals == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from("ABCD"), min_size=1, max_size=24),
+    st.lists(st.integers(1, 6), min_size=1, max_size=8),
+    st.booleans(),
+)
+def test_deferral_never_loses_duplicates_or_starves(groups, fits, finish):
+    """Any arrivals, any adder capacity per pass, requests finishing or not: every request is
+    admitted exactly once, within one pass per request (a deferral never stalls the queue),
+    and the CHT follows SGLang's lists."""
+    from feather_sched.policies.feather import FeatherPolicy
+
+    reqs = [req(f"{g}{i}", g) for i, g in enumerate(groups)]
+    waiting, running, cached, admitted = list(reqs), [], set(), []
+    q = SGLangQueue(FeatherPolicy(), chunk_tokens=32, tree_cache=RADIX)
+    for n in range(len(reqs) + 1):
+        if not waiting:
+            break
+        admitted += radix_pass(q, waiting, running, cached, fits[n % len(fits)])
+        if finish:
+            running.clear()  # they finished: the next pass runs nothing
+        q.sync(waiting, running)
+        q.check(waiting, running)
+    assert sorted(r.rid for r in admitted) == sorted(r.rid for r in reqs)
+    assert len({r.rid for r in admitted}) == len(admitted)

@@ -280,12 +280,38 @@ class SGLangQueue(Hosted):
                 self.stats.handovers += 1
                 p.step.hand_over()
                 return True
+            if self._prefix_in_flight(req):
+                self.stats.deferrals += 1
+                p.stopped = True  # the rest waits one pass and finds the prefix cached
+                return self._never_stall(p, nothing_admitted)
             if p.step.accept(req.rid):
                 return True
             p.stopped = True
             return self._never_stall(p, nothing_admitted)
         finally:
             self.stats.ordering_s += self.timer() - t0
+
+    def _prefix_in_flight(self, req: Any) -> bool:
+        """Whether `req` shares at least a chunk with a running request that SGLang's radix
+        cache does not hold yet: a request admitted earlier in this pass, whose prefill has
+        not run (or one still prefilling chunk by chunk). SGLang inserts a prefix into its
+        radix tree once it is computed, so one prefill batch computes a shared prefix once
+        per member; vLLM caches a block when it allocates it (`KVCacheManager.allocate_slots`
+        caches up to the tokens the step computes), so its batch shares it. The pass ends
+        before such a request: its group joins the next pass (a step later) and finds the
+        prefix cached, and the batch stays as homogeneous as the policy made it (passing
+        over the group to admit others would mix them in). SGLang's own cache-aware
+        policies defer such requests for the same reason (`SchedulePolicy`'s in-batch prefix
+        caching). Read off `req.prefix_len`, the radix match SGLang made just before
+        offering it (`Req.init_next_round_input`), which never covers a prompt's last
+        token. Measured: benchmarks/sglang-loop.md."""
+        cached = getattr(req, "prefix_len", None)
+        if cached is None or getattr(self.tree_cache, "disable", True):
+            return False  # no radix cache (SGLang's own test, `disable` absent: off)
+        index, page = self.index, self.block_size
+        matchable = (len(req.origin_input_ids) - 1) // page * page
+        shared = min(index.matched_chunks(req.rid) * index.chunk_size, matchable)
+        return shared - int(cached) >= index.chunk_size
 
     def after_offer(self, req: Any, added: bool, proceed: bool, chunked: bool) -> None:
         """The adder answered: `added` to its batch; `proceed` = CONTINUE (look further)."""
