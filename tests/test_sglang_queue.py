@@ -252,3 +252,21 @@ def test_deferral_never_loses_duplicates_or_starves(groups, fits, finish):
         q.check(waiting, running)
     assert sorted(r.rid for r in admitted) == sorted(r.rid for r in reqs)
     assert len({r.rid for r in admitted}) == len(admitted)
+
+
+def test_identical_prompts_are_not_deferred_behind_each_other():
+    """Parallel sampling: the same 128-token prompt twice, pages of 32 tokens. SGLang never
+    matches a prompt's last token, so page-aligned the running twin's cached prompt covers 96
+    tokens of the other's 128 shared: all it can, so the second is no in-flight duplicate."""
+    q = SGLangQueue(GroupedPolicy(), chunk_tokens=32, block_size=32, tree_cache=RADIX)
+    ids = array("q", PREFIX["A"])
+    twins = [
+        SimpleNamespace(rid=r, origin_input_ids=ids, sampling_params=SimpleNamespace())
+        for r in ("s0", "s1")
+    ]
+    q.begin_pass(twins[:1], [])
+    assert scheduler_loop(q, twins[:1], fits=1) == twins[:1]
+    twins[1].prefix_len = 96  # what SGLang's radix match gives it
+    q.begin_pass(twins[1:], twins[:1])
+    assert scheduler_loop(q, twins[1:], fits=1) == twins[1:]
+    assert q.stats.deferrals == 0
