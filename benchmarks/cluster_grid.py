@@ -2,14 +2,16 @@
 
 A router rule tuned on one seed's table tends to fix one row and break another, so every
 change to `routing.rules.FeatherRule` or `routing.forecast` is checked on this whole grid
-(the simulated cluster of `feather bench --replicas N`, the suite's workloads, seeds 0-2,
-2/4/8 replicas). Ray's routers do not depend on Feather's code, so `--baseline` reuses their
-rows from an earlier record and only Feather's rows are simulated again (about a minute on
-2 cores); a full run also simulates pow2 and prefix-affinity. Usage:
+(the simulated cluster of `feather bench --replicas N`, the suite's workloads, seeds 0-2 by
+default, 0-7 recorded, 2/4/8 replicas). Ray's routers do not depend on Feather's code, so
+`--baseline` reuses their rows from an earlier record and only Feather's rows are simulated
+again (about a minute on 2 cores for seeds 0-2); a full run also simulates pow2 and
+prefix-affinity. Usage:
   python benchmarks/cluster_grid.py --json benchmarks/cluster-grid.json
   python benchmarks/cluster_grid.py --baseline benchmarks/cluster-grid.json
 It prints, per cell, Feather's throughput over the better Ray router's, and every cell
-below `--floor` (0.97: the noise a simulated row does not have, kept as a margin).
+below `--floor` (default 0.97: a simulated row has no run-to-run noise, so the margin
+stands for the noise a real run would have).
 """
 
 from __future__ import annotations
