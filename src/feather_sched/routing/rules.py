@@ -391,13 +391,16 @@ class FeatherRule(RoutingRule):
         out = self._expected_output(request)
         return Booking(keys[0] if keys else None, max(1, prompt - cached), prompt, out, shared)
 
-    def _cheapest(self, request, options: Sequence[str], now: float) -> str:
+    def _cheapest(
+        self, request, options: Sequence[str], now: float, running: int | None = None
+    ) -> str:
         """The option the drain forecast prices lowest (the first on a tie): the drain after
         taking the request plus the work it adds over the replica count (a new home adds
         the prefix's prefill and a group to that replica's batches, which the cluster does
         not pay if a holder takes it)."""
         n = len(self._fc) or 1
-        running = self._running_depth(request, now)
+        if running is None:
+            running = self._running_depth(request, now)
         best, best_price = options[0], math.inf
         for r in options:
             f = self._fc[r]
@@ -408,9 +411,10 @@ class FeatherRule(RoutingRule):
                 best, best_price = r, price
         return best
 
-    def _finish_s(self, request: RoutingRequest, replica: str, now: float) -> float:
+    def _finish_s(self, request: RoutingRequest, replica: str, now: float, running: int) -> float:
         """When `request` would finish on `replica`: the drain of its queue with it."""
-        return self.drain.drain_s(self._fc[replica], self.booking(request, replica, now))
+        booking = self.booking(request, replica, now, running)
+        return self.drain.drain_s(self._fc[replica], booking)
 
     def _keeps_up(self, request: RoutingRequest, replica: str, now: float) -> bool:
         """Whether `replica` serves its arrivals as they come (`DrainModel.keeps_up`), at
@@ -457,8 +461,10 @@ class FeatherRule(RoutingRule):
         holder = min(holders, key=load.__getitem__)
         idle = [r for r in eligible if load[r] == 0]
         if idle:  # free parallelism, unless it would finish sooner behind the holder's queue
-            target = self._cheapest(request, idle, now)
-            if self._finish_s(request, holder, now) < self._finish_s(request, target, now):
+            running = self._running_depth(request, now)  # once for the three pricings
+            target = self._cheapest(request, idle, now, running)
+            finish_there = self._finish_s(request, target, now, running)
+            if self._finish_s(request, holder, now, running) < finish_there:
                 return holder  # late in a burst: a cold replica pays the whole prefix
             return target
         for h in sorted(holders, key=load.__getitem__):
