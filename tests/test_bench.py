@@ -56,7 +56,10 @@ def test_bench_writes_json_and_plot(tmp_path: Path) -> None:
     assert rows[0]["vs_fcfs"] == 1.0
     assert rows[-1]["oracle_cap"] in (2, 4, 8)
     assert png.stat().st_size > 1000
-    assert payload["config"]["hardware"] == "h100"
+    # the main job stands on the measured profile, and its record says so
+    assert payload["config"]["hardware"] == "h200"
+    assert payload["config"]["hardware_provenance"] == "measured"
+    assert "benchmarks/gpu/PROFILE.json" in payload["config"]["hardware_provenance_note"]
 
 
 def test_bench_rejects_unknown_policy_and_workload(tmp_path: Path) -> None:
@@ -132,7 +135,8 @@ def test_bench_record_echoes_the_options_as_given(tmp_path: Path) -> None:
     config = payload["config"]
     assert config["feather_version"] and "git_commit" in config
     expected = {
-        "hardware": "h100",
+        "hardware": "h200",
+        "hardware_provenance": "measured",
         "model": "llama-3.1-8b",
         "kernel": "paged",
         "seed": 2,

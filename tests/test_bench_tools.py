@@ -111,7 +111,12 @@ def test_version_and_list() -> None:
     assert version.exit_code == 0 and version.stdout.startswith("feather 0.")
     listed = runner.invoke(app, ["list"])
     assert listed.exit_code == 0
-    assert "hrrn" in listed.stdout and "long-prefix" in listed.stdout and "h100" in listed.stdout
+    assert "hrrn" in listed.stdout and "long-prefix" in listed.stdout
+    assert "h200" in listed.stdout and "measured" in listed.stdout
+        "hrrn" in listed.stdout
+        and "long-prefix" in listed.stdout
+        and "h100-free-l2" in listed.stdout
+    )
     assert all(len(x) <= 80 for x in listed.stdout.splitlines())
 
 
@@ -168,7 +173,7 @@ def test_public_api() -> None:
 
     assert {"simulate", "SLO", "Request", "make_workload"} <= set(feather_sched.__all__)
     reqs = workload_requests("no-sharing")[:20]
-    result = simulate(reqs, "fcfs", hardware="h100", model="llama-3.1-8b")
+    result = simulate(reqs, "fcfs", hardware="h100-free-l2", model="llama-3.1-8b")
     row = result.summary(SLO(ttft_s=100.0))
     assert row["requests"] == 20 and row["slo_met"] == 20 and row["goodput_req_s"] > 0
     assert make_workload("long-prefix").num_prefixes == 5  # the bench's long-prefix

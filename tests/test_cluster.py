@@ -23,7 +23,7 @@ from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.workloads.registry import make_workload
 
-COST = StepCostModel("h100", "llama-3.1-8b", "paged")
+COST = StepCostModel("h100-free-l2", "llama-3.1-8b", "paged")
 
 
 def _groups(groups=4, per=12, prefix=512, seed=0, arrival_gap=0.0):

@@ -25,7 +25,7 @@ from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.workloads import LongPrefixWorkload, NoSharingWorkload
 
-COST = StepCostModel("h100", "llama-3-8b")
+COST = StepCostModel("h100-free-l2", "llama-3-8b")
 
 
 def _stop_everywhere() -> FeatherPolicy:
@@ -273,7 +273,7 @@ def test_model_prior_decides_the_first_admissions_of_a_burst() -> None:
         num_prefixes=2, prefix_len=8000, requests_per_prefix=100, output_len=30
     ).generate(0)
     cfg = EngineConfig(max_num_seqs=256)
-    informed = FeatherPolicy(hardware="h100", model="llama-3-8b")
+    informed = FeatherPolicy(hardware="h100-free-l2", model="llama-3-8b")
     result = simulate(reqs, informed, COST, cfg)
     assert informed.stops >= 1 and result.steps["groups"].max() == 1
     summary = result.summary()  # the row reports the policy's own counters
@@ -297,4 +297,4 @@ def test_model_prior_adds_where_batching_pays() -> None:
     simulate(reqs, policy, cost, cfg)
     assert policy.decisions > 0 and policy.stops == 0
     with pytest.raises(ValueError, match="both or neither"):
-        FeatherPolicy(hardware="h100")
+        FeatherPolicy(hardware="h100-free-l2")

@@ -13,7 +13,7 @@ from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.workloads import LongPrefixWorkload, NoSharingWorkload
 
-COST = StepCostModel("h100", "llama-3-8b")
+COST = StepCostModel("h100-free-l2", "llama-3-8b")
 
 
 class _View:

@@ -25,7 +25,7 @@ from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.workloads import LongPrefixWorkload, NoSharingWorkload
 
-COST = StepCostModel("h100", "llama-3-8b")
+COST = StepCostModel("h100-free-l2", "llama-3-8b")
 HAVE_RL = all(importlib.util.find_spec(p) for p in ("gymnasium", "stable_baselines3", "torch"))
 needs_rl = pytest.mark.skipif(not HAVE_RL, reason="needs the 'rl' extra (sb3 + torch)")
 

@@ -398,7 +398,7 @@ def test_max_homogeneous_identical_short_prompts_and_empty_prompt() -> None:
 
 
 # ---------------------------------------------------------------------------------- end to end
-COST = StepCostModel("h100", "llama-3-8b")
+COST = StepCostModel("h100-free-l2", "llama-3-8b")
 CONFIG = EngineConfig(max_num_seqs=16)
 SHARED = SharedPrefixWorkload(
     num_groups=4, prompts_per_group=8, system_prompt_len=256, question_len=32, output_len=16

@@ -14,7 +14,7 @@ def test_suite_and_training_mix_read_the_table() -> None:
     assert SUITE is PRESETS["sim"]
     assert list(SUITE) == [
         "shared-prefix", "long-prefix", "document-qa", "no-sharing",
-        "paper-1g", "paper-2g", "paper-5g", "paper-20g", "paper-100g",
+        "paper-1g", "paper-2g", "paper-5g", "paper-20g", "paper-100g", "long-context",
     ]  # fmt: skip
     assert tuple(MixEntry.from_preset(p) for p in PRESETS["train"].values()) == DEFAULT_MIX
     assert [e.max_num_seqs for e in DEFAULT_MIX] == [500] * 4 + [256] * 5

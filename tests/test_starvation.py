@@ -16,7 +16,7 @@ from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
 
-COST = StepCostModel("h100", "llama-3-8b")
+COST = StepCostModel("h100-free-l2", "llama-3-8b")
 
 
 class _Queue:

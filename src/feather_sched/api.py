@@ -1,7 +1,7 @@
 """The public Python API: one call to simulate a policy on a workload.
 
     from feather_sched import simulate
-    result = simulate("long-prefix", "feather", hardware="h100", model="llama-3.1-8b")
+    result = simulate("long-prefix", "feather", hardware="h200", model="llama-3.1-8b")
     print(result.summary()["output_tok_s"], result.summary()["ttft_p99_s"])
 
 Workload names are the bench's (`feather list workloads`): the suite's presets, the
@@ -35,7 +35,7 @@ def simulate(
     workload: str | Sequence[Request] | Any,
     policy: str | Policy = "feather",
     *,
-    hardware: str = "h100",
+    hardware: str = "h200",
     model: str = "llama-3.1-8b",
     kernel: str = "paged",
     seed: int = 0,

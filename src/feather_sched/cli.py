@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from feather_sched.bench.machine import write_json, write_record
-from feather_sched.bench.suite import DEFAULT_POLICIES, BenchSpec
+from feather_sched.bench.suite import DEFAULT_HARDWARE, DEFAULT_POLICIES, BenchSpec
 from feather_sched.bench.vllm_engine import KvScenario, VllmBenchSpec
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.cost import StepCostModel
@@ -127,7 +127,13 @@ def compare_cmd(
 
 # ---- options shared by several commands
 
-_Hardware = Annotated[str, typer.Option(help="Hardware profile name or JSON file.")]
+_Hardware = Annotated[
+    str,
+    typer.Option(
+        help="Hardware profile name or JSON file (`feather list hardware` says where each "
+        "comes from: measured, derived or estimate)."
+    ),
+]
 _Kernel = Annotated[str, typer.Option(help="Attention kernel: paged or ideal.")]
 _Seed = Annotated[int, typer.Option()]
 
@@ -319,7 +325,7 @@ def _optional_names(text: str | None, option: str) -> list[str] | None:
 def bench(
     workload: _BenchWorkloads = None,
     policies: _BenchPolicies = None,
-    hardware: _Hardware = "h100",
+    hardware: _Hardware = DEFAULT_HARDWARE,
     model: _BenchModel = None,
     kernel: _Kernel = "paged",
     seed: Annotated[int, typer.Option(min=0, help="Workload seed.")] = 0,
@@ -826,7 +832,7 @@ def train_cmd(
         "feather_ppo.npz"
     ),
     seed: Annotated[int, typer.Option(help="Training seed (PPO and episode draws).")] = 0,
-    hardware: _Hardware = "h100",
+    hardware: _Hardware = DEFAULT_HARDWARE,
     model: Annotated[str, typer.Option(help="Model profile name or JSON file.")] = "llama-3-8b",
     kernel: _Kernel = "paged",
     max_num_seqs: _TrainMaxNumSeqs = None,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date
 
 import numpy as np
 
@@ -129,5 +130,7 @@ def stamp_fitted(profile: HardwareProfile, note: str, suffix: str) -> HardwarePr
     return profile.replace(
         name=f"{profile.name}-{suffix}",
         description=f"{note}. Peak figures from the {profile.name!r} profile.",
+        provenance="measured",
+        provenance_note=f"{note} (fitted on {date.today().isoformat()}).",
         sources=sources,
     )

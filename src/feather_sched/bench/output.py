@@ -99,10 +99,10 @@ def workload_block(rows: Sequence[dict], cols: Sequence[tuple[str, str, int, Any
     dropped = first.get("dropped_overlong") or 0
     extra += f", {dropped:,} dropped as overlong" if dropped else ""
     lines = [f"{first['workload']}{extra}"]
-    best = max(r["output_tok_s"] for r in rows)
+    best = max(r["output_tok_s"] for r in rows if not is_bound_row(r))
     for r in rows:
         name = r["policy"] + (f" (cap {r['oracle_cap']})" if "oracle_cap" in r else "")
-        name += "*" if r["output_tok_s"] == best else ""
+        name += "*" if r["output_tok_s"] == best and not is_bound_row(r) else ""
         if len(name) + 1 > POLICY_WIDTH:  # a long name gets its own line, numbers stay whole
             lines.append(" " + name)
             name = ""
@@ -237,3 +237,12 @@ def check_plot_path(path: Path) -> None:
             f"--plot {path}: give a file name ending in .png (or {', '.join(PLOT_FORMATS[1:4])})"
             + (f"; {suffix!r} is not an image format" if suffix else "")
         )
+
+
+BOUND_PREFIX = "bound:"
+"""Rows named `bound:...` are limits (e.g. `bound:unbounded-kv`, the engine's order with KV
+capacity unbounded), not policies: never the best of a run."""
+
+
+def is_bound_row(row: dict) -> bool:
+    return str(row.get("policy", "")).startswith(BOUND_PREFIX)

@@ -62,7 +62,7 @@ def results_table(rows: Sequence[dict], title: str) -> Table:
     return table
 
 
-BOUNDS = ("oracle", "max-homogeneous")
+BOUNDS = ("oracle", "max-homogeneous", "bound:unbounded-kv")
 """Rows that are references (a swept cap, a one-group-at-a-time extreme), not deployable
 policies: drawn hatched, after the policies."""
 

@@ -145,9 +145,10 @@ POLICY_LINES = {
 
 def _describe(name: str, p: Any) -> str:
     o = p.overrides
-    if name.startswith("paper-"):
+    if name.startswith("paper-") or name == "long-context":
+        label = "paper" if name.startswith("paper-") else "KV-bound sessions"
         return (
-            f"paper: {o['num_prefixes']} x {o['requests_per_prefix']}, "
+            f"{label}: {o['num_prefixes']} x {o['requests_per_prefix']}, "
             f"{o['prefix_len'] // 1000}-{o['prefix_len_max'] // 1000}k prefixes, {o['arrival']}"
         )
     if not o:
@@ -186,6 +187,17 @@ def catalogue() -> dict[str, list[tuple[str, str]]]:
     return {
         "policies": policies,
         "workloads": workloads,
-        "hardware": [(n, "") for n in list_hardware()] + [("PATH.json", "a profile file")],
+        "hardware": [(n, _hardware_line(n)) for n in list_hardware()]
+        + [("PATH.json", "a profile file (an estimate unless it says `provenance`)")],
         "models": [(n, "") for n in list_models()] + [("PATH.json", "a profile file")],
     }
+
+
+def _hardware_line(name: str) -> str:
+    """A built-in hardware profile's provenance and what it is, for `feather list`."""
+    from feather_sched.sim.cost.profiles import load_hardware
+
+    hw = load_hardware(name)
+    what = hw.description.split(";")[0].split(",")[0]
+    line = f"{hw.provenance:<8}  {what}"
+    return line if len(line) <= 58 else line[:57] + "…"

@@ -28,7 +28,7 @@ from feather_sched.bench.output import (
     workload_block,
 )
 from feather_sched.bench.suite import BenchSpec, PreparedWorkload, prepare_workloads, run_bench
-from feather_sched.sim.cost import StepCostModel
+from feather_sched.sim.cost import StepCostModel, load_hardware
 
 
 def package_version() -> str:
@@ -66,6 +66,21 @@ def config_provenance() -> dict[str, Any]:
     return {"feather_version": package_version(), "git_commit": git_commit()}
 
 
+def hardware_provenance(hardware: str) -> dict[str, str]:
+    """What a record says of its hardware profile: how far its numbers are measured."""
+    hw = load_hardware(hardware)
+    return {"hardware_provenance": hw.provenance, "hardware_provenance_note": hw.provenance_note}
+
+
+def provenance_warning(hardware: str) -> str | None:
+    """One line for stderr when the profile is not measured (None when it is)."""
+    hw = load_hardware(hardware)
+    if hw.provenance == "measured":
+        return None
+    why = hw.provenance_note.split(". ")[0] if hw.provenance_note else "no note"
+    return f"note: hardware profile {hw.name!r} is {hw.provenance}, not measured: {why}."
+
+
 def sim_config(spec: BenchSpec, prepared: dict[str, PreparedWorkload]) -> dict[str, Any]:
     """The sim record's config: the options as given (`max_num_seqs` None when each workload
     keeps its own) and every parameter of every workload as it ran."""
@@ -75,6 +90,7 @@ def sim_config(spec: BenchSpec, prepared: dict[str, PreparedWorkload]) -> dict[s
         **config_provenance(),
         "engine_kind": "sim",
         "hardware": spec.hardware,
+        **hardware_provenance(spec.hardware),
         "model": spec.model,
         "kernel": spec.kernel,
         "seed": spec.seed,
@@ -153,7 +169,11 @@ class SimBench:
             )
             if v is not None
         )
-        return f"feather bench: {s.hardware} + {s.model}, {s.kernel} kernel, seed {s.seed}{extra}"
+        hw = load_hardware(s.hardware)
+        return (
+            f"feather bench, simulated: {hw.name} ({hw.provenance}) + {s.model}, "
+            f"{s.kernel} kernel, seed {s.seed}{extra}"
+        )
 
     def run(self) -> int:
         """Run, print, save; the exit status (0, 1 if the plot failed, 130 if interrupted)."""
@@ -161,6 +181,9 @@ class SimBench:
         rows: list[dict] = []
         interrupted = False
         failure: str | None = None
+        warning = provenance_warning(self.spec.hardware)
+        if warning is not None:
+            print(warning, file=sys.stderr, flush=True)
         with BenchProgress(self.spec.total_runs()) as progress:
             progress.emit(self.title())
             progress.emit(header(cols))

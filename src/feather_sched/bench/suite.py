@@ -40,6 +40,8 @@ DEFAULT_POLICIES = [
     "oracle",
 ]
 BASELINE = "fcfs"
+DEFAULT_HARDWARE = "h200"
+"""The measured profile (benchmarks/gpu.md): the main job stands on measured ground."""
 BOUNDS = frozenset({"oracle", "max-homogeneous"})
 """Rows that are references, not deployable policies (plots draw them apart)."""
 MAX_ARRIVAL_SPAN_S = 30 * 24 * 3600.0
@@ -53,7 +55,7 @@ MAX_KV_BLOCKS = 1 << 22
 class BenchSpec:
     workloads: Sequence[str] = tuple(DEFAULT_WORKLOADS)
     policies: Sequence[str] = tuple(DEFAULT_POLICIES)
-    hardware: str = "h100"
+    hardware: str = DEFAULT_HARDWARE
     model: str = "llama-3.1-8b"
     kernel: str = "paged"
     seed: int = 0
@@ -145,7 +147,7 @@ class BenchSpec:
     def total_runs(self) -> int:
         n = 0
         for w in self.workloads:
-            n += len(self.policies)
+            n += len(self.policies) + len(_preset_bounds(w))
             if "oracle" in self.policies:
                 n += len(default_caps(self.engine_for(w).max_num_seqs)) - 1
         return n * (len(self.rates) if self.rates else 1)
@@ -406,3 +408,38 @@ def _run_workload(
         if prepared.rate is not None:
             row["rate_req_s"] = prepared.rate
         rows.append(row)
+    if UNBOUNDED_KV in _preset_bounds(prepared.base or wname):
+        rows.append(_unbounded_kv_row(spec, cost, wname, prepared, engine))
+        tick(f"{wname} / {UNBOUNDED_KV}")
+
+
+UNBOUNDED_KV = "bound:unbounded-kv"
+"""A limit row: the engine's own order (fcfs) with a KV cache that holds every request of the
+run at once (no eviction, no preemption), so the table shows how far each policy is from
+what memory allows. Left out of best-of-run comparisons (`output.is_bound_row`)."""
+
+
+def _preset_bounds(name: str) -> tuple[str, ...]:
+    preset = SUITE.get(name)
+    return preset.bounds if preset is not None else ()
+
+
+def _unbounded_kv_row(
+    spec: BenchSpec,
+    cost: StepCostModel,
+    wname: str,
+    prepared: PreparedWorkload,
+    engine: EngineConfig,
+) -> dict:
+    bs = engine.block_size
+    need = sum(-(-(r.prompt_len + r.output_len) // bs) for r in prepared.requests)
+    unbounded = dataclasses.replace(engine, num_kv_blocks=min(MAX_KV_BLOCKS, need + 1))
+    result = simulate(prepared.requests, make_policy(BASELINE), cost, unbounded)
+    row = {
+        "workload": wname,
+        "max_num_seqs": engine.max_num_seqs,
+        **result.summary(spec.slo),
+        "dropped_overlong": prepared.dropped,
+    }
+    row["policy"] = UNBOUNDED_KV
+    return row

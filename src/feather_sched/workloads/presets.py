@@ -36,6 +36,8 @@ class Preset:
     base: str
     overrides: dict[str, Any] = field(default_factory=dict)
     engine: dict[str, Any] = field(default_factory=dict)
+    bounds: tuple[str, ...] = ()
+    """Limit rows the bench adds beside the policies (`bench.suite.UNBOUNDED_KV`)."""
 
     @property
     def max_num_seqs(self) -> int:
@@ -90,6 +92,24 @@ PRESETS: dict[str, dict[str, Preset]] = {
         "document-qa": Preset("document-qa"),
         "no-sharing": Preset("no-sharing"),
         **{f"paper-{g}g": paper(g) for g in (1, 2, 5, 20, 100)},
+        # Where the GPU lever is real (benchmarks/gpu.md: KV capacity, not L2 locality): 64
+        # agent or document sessions whose contexts of 10k-60k tokens (2.2M tokens in all)
+        # outgrow an H200's KV cache (~0.83M tokens for Llama-3.1-8B), each asked 6
+        # follow-ups (tool calls, questions) of 128 new tokens with 256-token answers, as
+        # they arrive (Poisson, 8 requests/s). With the unbounded-KV bound beside it.
+        "long-context": Preset(
+            "long-prefix",
+            {
+                "num_prefixes": 64,
+                "prefix_len": 10000,
+                "prefix_len_max": 60000,
+                "requests_per_prefix": 6,
+                "suffix_len": 128,
+                "output_len": 256,
+                "arrival": "poisson:8",
+            },
+            bounds=("bound:unbounded-kv",),
+        ),
     },
     # PPO's training mix: the workloads where the ADD/STOP choice matters, scaled down so an
     # episode simulates in well under a second (no-sharing never asks a decision).

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 __all__ = [
+    "PROVENANCES",
     "HardwareProfile",
     "ModelProfile",
     "ProfileError",
@@ -81,6 +82,16 @@ def _boolean(v: Any) -> str | None:
 
 def _text(v: Any) -> str | None:
     return None if isinstance(v, str) else "must be a string"
+
+
+PROVENANCES = ("measured", "derived", "estimate")
+"""Where a hardware profile's constants come from: `measured` (fitted from a run on that
+hardware), `derived` (a measured profile's kernel and cache constants carried to another
+chip with its datasheet figures), `estimate` (assumptions, nothing measured)."""
+
+
+def _provenance(v: Any) -> str | None:
+    return None if v in PROVENANCES else f"must be one of {', '.join(PROVENANCES)}"
 
 
 _Checks = Mapping[str, Callable[[Any], "str | None"]]
@@ -205,6 +216,13 @@ class HardwareProfile(_ProfileIO):
     memory_bytes: float = 0.0
     """Device memory (HBM) in bytes; the simulator sizes the KV cache from it. 0 = unknown."""
     description: str = ""
+    provenance: str = "estimate"
+    """`measured`, `derived` or `estimate` (`PROVENANCES`): how far to trust its numbers. A
+    profile file without it is an estimate; `feather probe` and `feather calibrate` write
+    `measured` into the profiles they fit."""
+    provenance_note: str = ""
+    """Where the constants come from: the record, date, command and fit error (measured), the
+    measured profile and why it transfers (derived), or what is assumed (estimate)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     _KIND: ClassVar[str] = "hardware"
@@ -222,6 +240,8 @@ class HardwareProfile(_ProfileIO):
         "sequential_attention": _boolean,
         "memory_bytes": _non_negative,
         "description": _text,
+        "provenance": _provenance,
+        "provenance_note": _text,
     }
     #: Fields ``feather calibrate`` fits against measured step times.
     FIT_FIELDS: ClassVar[tuple[str, ...]] = (
@@ -248,6 +268,11 @@ class HardwareProfile(_ProfileIO):
     @property
     def usable_cache_bytes(self) -> float:
         return self.cache_bytes * self.cache_efficiency
+
+    @property
+    def label(self) -> str:
+        """`name (provenance)`, as bench headers and listings show a profile."""
+        return f"{self.name} ({self.provenance})"
 
     def replace(self, **changes: Any) -> HardwareProfile:
         """A validated copy with some fields changed (e.g. fitted efficiencies)."""
