@@ -375,7 +375,7 @@ def _run_workload(
     """Every policy on one workload: a row appended to `rows` as each run finishes."""
     from feather_sched.bench.steplog import StepRecorder
 
-    requests, dropped = prepared.requests, prepared.dropped
+    requests = prepared.requests
     engine = spec.engine_for(prepared.base or wname)
     for pname in spec.policies:
         label = f"{wname} / {pname}"
@@ -399,15 +399,7 @@ def _run_workload(
                 policy = StepRecorder(policy, steps_file, labels)
             result = simulate(requests, policy, cost, engine, progress=progress)
             tick(label)
-        row = {
-            "workload": wname,
-            "max_num_seqs": engine.max_num_seqs,
-            **result.summary(spec.slo),
-            "dropped_overlong": dropped,
-        }
-        if prepared.rate is not None:
-            row["rate_req_s"] = prepared.rate
-        rows.append(row)
+        rows.append(_bench_row(spec, wname, prepared, engine, result.summary(spec.slo)))
     if UNBOUNDED_KV in _preset_bounds(prepared.base or wname):
         rows.append(_unbounded_kv_row(spec, cost, wname, prepared, engine))
         tick(f"{wname} / {UNBOUNDED_KV}")
@@ -435,11 +427,25 @@ def _unbounded_kv_row(
     need = sum(-(-(r.prompt_len + r.output_len) // bs) for r in prepared.requests)
     unbounded = dataclasses.replace(engine, num_kv_blocks=min(MAX_KV_BLOCKS, need + 1))
     result = simulate(prepared.requests, make_policy(BASELINE), cost, unbounded)
+    summary = {**result.summary(spec.slo), "policy": UNBOUNDED_KV}
+    return _bench_row(spec, wname, prepared, engine, summary)
+
+
+def _bench_row(
+    spec: BenchSpec,
+    wname: str,
+    prepared: PreparedWorkload,
+    engine: EngineConfig,
+    summary: dict,
+) -> dict:
+    """One run's row: its workload, the engine's batch cap, the run's summary, the requests
+    dropped as overlong and, in a sweep, the rate."""
     row = {
         "workload": wname,
         "max_num_seqs": engine.max_num_seqs,
-        **result.summary(spec.slo),
+        **summary,
         "dropped_overlong": prepared.dropped,
     }
-    row["policy"] = UNBOUNDED_KV
+    if prepared.rate is not None:
+        row["rate_req_s"] = prepared.rate
     return row
