@@ -273,6 +273,11 @@ class VllmSchedulerView:
         return len(self._c.scheduler.running)
 
     @property
+    def max_num_batched_tokens(self) -> int:
+        """vLLM's token budget per step (`SchedulerConfig.max_num_batched_tokens`)."""
+        return self._c.scheduler.scheduler_config.max_num_batched_tokens
+
+    @property
     def num_waiting(self) -> int:
         return len(self._c._queue().inner)
 

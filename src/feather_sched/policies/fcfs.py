@@ -21,8 +21,13 @@ class FCFSPolicy(Policy):
         return True
 
     def candidates(self, view: SchedulerView) -> Iterator[str]:
-        # Snapshot: the host removes admitted ids from its queue while we iterate.
-        yield from list(_head(view))
+        return queue_head(view)
+
+
+def queue_head(view: SchedulerView) -> Iterator[str]:
+    """The engine's own order: the waiting queue as it stands (a snapshot: the host removes
+    admitted ids from its queue while the candidates are iterated)."""
+    yield from list(_head(view))
 
 
 def _head(view: SchedulerView, limit: int | None = None) -> Iterator[str]:

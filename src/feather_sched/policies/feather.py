@@ -1,11 +1,14 @@
 """Feather: learn, online, when to stop growing a batch (the paper's policy).
 
 Candidates come from the CHT (the waiting request sharing the most chunks with the running
-batch; the oldest waiting one when none shares anything). For each, a contextual bandit picks
-ADD or STOP from a small discrete state (`features.DecisionState`: batch-size bin, bin of
-shared-prefix chunks the candidate would bring in, bin of its waiting group's size). Only a
-candidate that would open a new prefix group in a non-empty batch is asked about; one whose
-group already runs, that shares nothing with anyone, or that meets an empty batch is added.
+batch; the oldest waiting one when none shares anything), except in steps where grouped order
+cannot pay (`order.GroupingJudge`: the engine's order fills the free slots soon, nothing is
+preempted, and the cost model prices no locality), where they come in the engine's own order.
+For each, a contextual bandit picks ADD or STOP from a small discrete state
+(`features.DecisionState`: batch-size bin, bin of shared-prefix chunks the candidate would
+bring in, bin of its waiting group's size). Only a candidate that would open a new prefix
+group in a non-empty batch is asked about; one whose group already runs, that shares nothing
+with anyone, or that meets an empty batch is added.
 
 Reward = batch size / step time (tokens per second), credited to a decision over a window:
 its own step, charged only its *marginal* time (the step's time minus what its prefill tokens
@@ -56,9 +59,11 @@ from pathlib import Path
 
 from feather_sched.policies.bandit import STOP, BanditTable
 from feather_sched.policies.base import Policy, SchedulerView, is_decode_step
+from feather_sched.policies.fcfs import queue_head
 from feather_sched.policies.features import DecisionState, decision_state
 from feather_sched.policies.grouped import grouped_candidates
 from feather_sched.policies.kv_gate import KvGate
+from feather_sched.policies.order import GroupingJudge
 from feather_sched.policies.starvation import StarvationGuard
 from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
 
@@ -140,6 +145,7 @@ class FeatherPolicy(Policy):
         self.initial_budget = initial_budget
         self.horizon = horizon
         self.guard = StarvationGuard(max_wait_s, starvation_share, wait_factor)
+        self.judge = GroupingJudge(self.cost)
         self.gate = KvGate() if kv_gate else None
         self.learn = learn
         self.table = BanditTable(confidence)
@@ -161,6 +167,8 @@ class FeatherPolicy(Policy):
         self._windows: list[_Window] = []
         self._forced: str | None = None
         self.guard.reset()
+        self.judge.reset()
+        self._engine_order = False
         if self.gate is not None:
             self.gate.reset()
         self._gating = False
@@ -180,11 +188,18 @@ class FeatherPolicy(Policy):
     def begin_step(self, view: SchedulerView) -> None:
         # The gate acts where Feather reorders: a step it would leave to the queue order is
         # the engine's own (the vLLM adapter does not even ask), and so the same here.
+        # Where grouping cannot pay (`order.GroupingJudge`) the candidates come in the
+        # engine's order; a new group's candidate is still asked ADD or STOP.
+        self._engine_order = not self.judge.grouping_pays(view)
         self._gating = self.gate is not None and not self.follows_queue_order(view)
         if self.gate is not None:
             self.gate.begin_step(view)
 
     def candidates(self, view: SchedulerView) -> Iterator[str]:
+        if self._engine_order:  # the engine's order: the oldest first, no guard needed
+            self._forced = None
+            yield from queue_head(view)
+            return
         self._forced = self.guard.pick(view)
         if self._forced is not None:
             yield self._forced
@@ -294,6 +309,7 @@ class FeatherPolicy(Policy):
     def end_step(
         self, view: SchedulerView, step_time: float, batch_size: int, prefill_tokens: int = 0
     ) -> None:
+        self.judge.observe()
         if step_time <= 0 or batch_size <= 0:
             return
         per_token = step_time / (prefill_tokens + batch_size)

@@ -108,6 +108,11 @@ class Simulator(Hosted):
         return len(self._running)
 
     @property
+    def max_num_batched_tokens(self) -> int:
+        """The step's token budget (`order.GroupingJudge` prices prefill in steps of it)."""
+        return self.config.max_num_batched_tokens
+
+    @property
     def num_waiting(self) -> int:
         return len(self._waiting)
 

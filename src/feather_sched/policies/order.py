@@ -1,0 +1,158 @@
+"""When prefix-grouped order can pay, and when to leave the engine's own order.
+
+Grouped order (members of running groups first, `grouped.grouped_candidates`) beats the
+engine's order where it gets more requests running:
+
+- **Filling the batch.** A waiting request whose prefix is not computed costs its whole prompt
+  out of the step's token budget; a member of a running group costs only its own suffix. Where
+  the engine's order would take many steps of prefill to fill the free slots, those slots sit
+  idle meanwhile, and grouped order fills them at once (the paper-Ng bursts, long contexts).
+- **KV capacity.** Where the engine preempts, a batch of fewer prefixes holds more requests in
+  the same blocks.
+- **Decode locality.** A batch of fewer prefixes reads them from cache; the step-cost model
+  prices it (`locality_gain`): near 1 at realistic group counts on the measured H200
+  (benchmarks/gpu.md), large on a sequential CPU kernel or where L2 reuse is free.
+
+Where none holds (the engine's order fills the free slots within a small share of their
+lifetime and nothing is preempted), grouped order cannot make the batch larger; it only moves
+prefill work, and it moves it the wrong way: a new group's prefix and members land in one
+compute-bound step, where the engine's order spreads prefills under memory-bound decode steps
+that carry them almost free (the measured H200 profile's shared-prefix loss, 0.987x FCFS,
+benchmarks/sim.md). There Feather takes the engine's order. Its ADD/STOP decision still applies
+to a candidate that opens a new prefix group (whether a smaller homogeneous batch decodes
+faster than a larger mixed one is the bandit's to price).
+"""
+
+from __future__ import annotations
+
+import math
+
+from feather_sched.policies.base import SchedulerView
+from feather_sched.policies.features import shared_depth
+from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
+
+IDLE_SHARE = 0.01
+"""Grouping can pay by filling the batch when the engine's order would leave at least this
+share of the batch's slot-steps idle while it prefills the free slots' prompts (the slots
+wait half the prefill on average; a request lives its output length in decode steps)."""
+PREEMPT_MEMORY = 64
+"""Steps after a preemption during which KV capacity counts as binding."""
+LOCALITY_GAIN = 1.02
+"""Grouping can pay through locality when the cost model prices a decode step of a full batch
+in the engine's mix at least this much slower than the same batch grouped."""
+CACHE_SIZE = 4096
+"""Locality ratios kept per plan size (cleared when full: a cache, never a table)."""
+
+
+class GroupingJudge:
+    """Per-step verdict: can grouped order beat the engine's order here?"""
+
+    def __init__(self, cost: StepCostModel | None = None) -> None:
+        self.cost = cost
+        self._locality: dict[tuple[int, int, int, int], float] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        """A new run: no preemption seen."""
+        self._steps = 0
+        self._preemptions = 0
+        self._last_preempt_step = -PREEMPT_MEMORY - 1
+
+    def observe(self) -> None:
+        """A step ran."""
+        self._steps += 1
+
+    def grouping_pays(self, view: SchedulerView) -> bool:
+        """True where grouped order may beat the engine's order this step."""
+        return (
+            self._kv_binds(view)
+            or self.idle_share(view) >= IDLE_SHARE
+            or self.locality_gain(view) >= LOCALITY_GAIN
+        )
+
+    def _kv_binds(self, view: SchedulerView) -> bool:
+        seen = getattr(view, "num_preemptions", None)
+        if seen is not None and seen > self._preemptions:
+            self._preemptions = seen
+            self._last_preempt_step = self._steps
+        return self._steps - self._last_preempt_step <= PREEMPT_MEMORY
+
+    def idle_share(self, view: SchedulerView) -> float:
+        """Share of the batch's slot-steps the engine's order leaves idle while it prefills
+        what fills the free slots: `free` slots wait half of `prefill / budget` steps each,
+        out of `max_num_seqs` slots living `output` decode steps. A host that does not say its
+        token budget (`max_num_batched_tokens`) gets 1.0: grouped order, as before."""
+        budget = getattr(view, "max_num_batched_tokens", None)
+        free = view.max_num_seqs - view.num_running
+        if budget is None or free <= 0:
+            return 1.0 if budget is None else 0.0
+        prefill, output, taken = _engine_order_prefill(view, free)
+        if taken == 0:
+            return 0.0
+        steps = prefill / max(1, budget - view.num_running)
+        return taken * steps / 2 / (view.max_num_seqs * max(1.0, output / taken))
+
+    def locality_gain(self, view: SchedulerView) -> float:
+        """Step time of a full batch in the engine's mix over the same batch grouped, by the
+        cost model. Without a model nothing says grouping cannot pay: infinite, so a policy
+        without a prior keeps grouped order and learns locality from its rewards. The mix:
+        as many groups as the queue holds prefixes, up to the batch; grouped: as few as the
+        mean group size allows. Prefix: the shared
+        prefix of the queue head (or the running batch's, if longer)."""
+        index = view.index
+        roots = index.num_shared_roots
+        if self.cost is None:
+            return math.inf
+        if roots == 0:
+            return 1.0
+        live = index.num_waiting + index.num_running
+        batch = max(1, min(view.max_num_seqs, live))
+        mixed, grouped = min(batch, roots), max(1, math.ceil(batch * roots / live))
+        head = next(view.waiting_ids(), None)
+        depth = shared_depth(index, head) if head is not None else 0
+        prefix = max(depth, index.running_shared_chunks()) * index.chunk_size
+        key = (batch, mixed, grouped, prefix)
+        gain = self._locality.get(key)
+        if gain is None:
+            if len(self._locality) >= CACHE_SIZE:
+                self._locality.clear()
+            gain = self._locality[key] = _decode_ratio(self.cost, batch, mixed, grouped, prefix)
+        return gain
+
+
+def _decode_ratio(cost: StepCostModel, batch: int, mixed: int, grouped: int, prefix: int) -> float:
+    """Decode step time of `batch` sequences over `mixed` prefixes of `prefix` tokens, over
+    the same batch over `grouped` prefixes."""
+    if prefix <= 0 or mixed <= grouped:
+        return 1.0
+
+    def step(groups: int) -> float:
+        sizes = [batch // groups + (i < batch % groups) for i in range(groups)]
+        return cost.step_time(BatchShape.shared_prefix_decode(sizes, prefix))
+
+    fast = step(grouped)
+    return step(mixed) / fast if fast > 0 else 1.0
+
+
+def _engine_order_prefill(view: SchedulerView, free: int) -> tuple[int, int, int]:
+    """Prompt tokens the first `free` waiting requests in queue order must compute (what the
+    running batch holds is cached; a prefix shared among them is computed once), their output
+    tokens and how many they are."""
+    index, chunk = view.index, view.index.chunk_size
+    prefill = output = taken = 0
+    seen: set[tuple[int, int]] = set()
+    for rid in view.waiting_ids():
+        if taken == free:
+            break
+        req = view.request(rid)
+        held = index.matched_chunks(rid)
+        depth = shared_depth(index, rid)
+        if depth > held:
+            prefix = index.keys_of(rid)[depth - 1]
+            if prefix in seen:
+                held = depth  # an earlier one in this wave computes the shared prefix
+            seen.add(prefix)
+        prefill += max(0, req.prompt_len - held * chunk)
+        output += req.output_len
+        taken += 1
+    return prefill, output, taken
