@@ -1,9 +1,10 @@
 """Behaviour check for refactors: every summary field (timings aside) of 70 simulator runs.
 
 7 workloads x 2 KV sizes (the H100's, and 3,000 blocks: preemptions) x 5 policies (fcfs,
-grouped, feather with its prior, feather-paper, dfs-weight) on H100 + Llama-3.1-8B. Run it on
-the code before and after a change and compare the two files: identical means the change
-kept the simulator's behaviour (benchmarks/host.md).
+grouped, feather with its prior, feather-paper, dfs-weight) on H100 (the profile derived from
+the measured H200) + Llama-3.1-8B. Run it on the code before and after a change and compare
+the two files: identical means the change kept the simulator's behaviour (benchmarks/host.md).
+benchmarks/sim-check.json is the baseline at the measured-profile change (2026-12-05).
 Usage: python benchmarks/sim_check.py OUT.json [--against BEFORE.json]
 """
 

@@ -64,10 +64,12 @@ class GroupingJudge:
 
     def grouping_pays(self, view: SchedulerView) -> bool:
         """True where grouped order may beat the engine's order this step."""
+        if self.cost is None or self.cost.order_sensitive:  # see `locality_gain`
+            return True
         return (
             self._kv_binds(view)
-            or self.idle_share(view) >= IDLE_SHARE
             or self.locality_gain(view) >= LOCALITY_GAIN
+            or self.idle_share(view) >= IDLE_SHARE
         )
 
     def _kv_binds(self, view: SchedulerView) -> bool:
@@ -94,14 +96,17 @@ class GroupingJudge:
 
     def locality_gain(self, view: SchedulerView) -> float:
         """Step time of a full batch in the engine's mix over the same batch grouped, by the
-        cost model. Without a model nothing says grouping cannot pay: infinite, so a policy
-        without a prior keeps grouped order and learns locality from its rewards. The mix:
+        cost model. Infinite without a model (nothing says grouping cannot pay: a policy without
+        a prior keeps grouped order and learns locality from its rewards) and on a sequential
+        kernel (`order_sensitive`: a CPU's attention reuses a prefix only while its readers sit
+        adjacent, as grouped order leaves them and a shuffled queue does not; measured up to
+        1.5x a step on vLLM's CPU build, benchmarks/vllm-kv-bound.md). The mix:
         as many groups as the queue holds prefixes, up to the batch; grouped: as few as the
         mean group size allows. Prefix: the shared
         prefix of the queue head (or the running batch's, if longer)."""
         index = view.index
         roots = index.num_shared_roots
-        if self.cost is None:
+        if self.cost is None or self.cost.order_sensitive:
             return math.inf
         if roots == 0:
             return 1.0
