@@ -40,6 +40,18 @@ def _groups(view: FakeView, groups: int, members: int, prefix: int, output: int 
             view.add(f"g{g}m{m}", np.r_[prefixes[g], suffix], output_len=output)
 
 
+def _with_running(groups: int, members: int, running: int) -> BudgetView:
+    """`groups` x `members` over 2,048-token prefixes, the first `running` members of every
+    group but the last four (when there are more than 16 groups) running."""
+    view = BudgetView()
+    _groups(view, groups, members, 2048)
+    admitted = groups - 4 if groups > 16 else groups
+    for m in range(running):
+        for g in range(admitted):
+            view.admit(f"g{g}m{m}")
+    return view
+
+
 def test_a_burst_of_long_uncached_prefixes_is_grouped() -> None:
     """Empty batch, 20 groups of 8,000-token prefixes: the engine's order needs ~20 prefills
     to fill 256 slots (~20 steps at 8,192 tokens), so the slots idle ~4% of their lives."""
@@ -54,11 +66,7 @@ def test_a_nearly_full_batch_with_cached_prefixes_keeps_the_engine_order() -> No
     """Every prefix already runs; 16 slots free: the engine's order fills them with 16-token
     suffixes in one step, so grouping cannot grow the batch, and on the measured H200 a mixed
     batch of 2,048-token prefixes decodes no slower (no locality to gain either)."""
-    view = BudgetView()
-    _groups(view, 64, 5, 2048)
-    for m in range(4):
-        for g in range(60):
-            view.admit(f"g{g}m{m}")
+    view = _with_running(64, 5, 4)
     judge = GroupingJudge(MEASURED)
     assert view.num_running == 240
     assert judge.idle_share(view) < IDLE_SHARE
@@ -72,11 +80,7 @@ def test_locality_pays_where_the_cost_model_says_so() -> None:
     """16 groups of 40 over 2,048-token prefixes, 240 running: a full batch spans 16 prefixes
     in the engine's mix, 7 grouped. On the measured H200 neither fits the usable L2 (a mixed
     batch decodes no slower); were L2 reuse free (h100-free-l2), 7 prefixes mostly would."""
-    view = BudgetView()
-    _groups(view, 16, 40, 2048)
-    for m in range(15):
-        for g in range(16):
-            view.admit(f"g{g}m{m}")
+    view = _with_running(16, 40, 15)
     assert GroupingJudge(MEASURED).locality_gain(view) < 1.02
     assert not GroupingJudge(MEASURED).grouping_pays(view)
     assert GroupingJudge(FREE_L2).locality_gain(view) >= 1.02
@@ -84,11 +88,7 @@ def test_locality_pays_where_the_cost_model_says_so() -> None:
 
 
 def test_a_preemption_makes_kv_capacity_binding_for_a_while() -> None:
-    view = BudgetView()
-    _groups(view, 64, 5, 2048)
-    for m in range(4):
-        for g in range(60):
-            view.admit(f"g{g}m{m}")
+    view = _with_running(64, 5, 4)
     judge = GroupingJudge(MEASURED)
     assert not judge.grouping_pays(view)
     view.num_preemptions = 1
