@@ -15,8 +15,8 @@ import argparse
 
 from feather_sched.bench.machine import write_record
 from feather_sched.bench.suite import BenchSpec, build_workload
+from feather_sched.cost import StepCostModel
 from feather_sched.policies.feather import FeatherPolicy
-from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
 
 VARIANTS: dict[str, tuple[float, float]] = {

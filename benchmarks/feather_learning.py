@@ -20,10 +20,10 @@ import numpy as np
 
 from feather_sched.bench.machine import write_record
 from feather_sched.bench.suite import SUITE, BenchSpec, build_workload
+from feather_sched.cost import StepCostModel
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
 
 

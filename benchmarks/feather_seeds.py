@@ -13,8 +13,8 @@ import argparse
 from feather_sched.bench.machine import write_record
 from feather_sched.bench.oracle import oracle_sweep
 from feather_sched.bench.suite import BenchSpec, build_workload
+from feather_sched.cost import StepCostModel
 from feather_sched.policies.registry import make_policy
-from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
 
 WORKLOADS = [

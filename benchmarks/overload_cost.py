@@ -17,8 +17,8 @@ import statistics
 from feather_sched.bench.context import fit_context
 from feather_sched.bench.machine import write_record
 from feather_sched.bench.suite import build_workload
+from feather_sched.cost import StepCostModel
 from feather_sched.policies.registry import make_policy
-from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
 
 MODEL = "llama-3.1-8b"

@@ -28,6 +28,7 @@ from ray.serve.config import RequestRouterConfig
 
 from feather_sched.bench.machine import write_record
 from feather_sched.bench.suite import BenchSpec
+from feather_sched.cost.step_model import StepCostModel
 from feather_sched.integrations.ray_serve import (
     CompletionRequest,
     EmulatedEngine,
@@ -38,7 +39,6 @@ from feather_sched.routing.prefix_tree import tokens_to_text
 from feather_sched.routing.rules import REPLICA_POLICY, make_rule
 from feather_sched.sim.cluster import simulate_cluster
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.workloads.presets import build_workload, paper
 
 RAY_PREFIX_ROUTER = (

@@ -14,9 +14,9 @@ import argparse
 
 from feather_sched.bench.machine import write_record
 from feather_sched.bench.vllm_engine import ENGINE_SCALES, VllmBenchSpec, engine_workload
+from feather_sched.cost import StepCostModel
 from feather_sched.policies.registry import make_policy
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
 
 

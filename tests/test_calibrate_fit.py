@@ -20,7 +20,7 @@ from feather_sched.bench.vllm_calibrate import (
 )
 from feather_sched.bench.vllm_engine import ENGINE_SCALES, VllmBenchSpec, engine_workload
 from feather_sched.cli import app
-from feather_sched.sim.cost import BatchShape, load_hardware, load_model
+from feather_sched.cost import BatchShape, load_hardware, load_model
 
 
 def _shapes() -> list[BatchShape]:

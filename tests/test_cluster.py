@@ -7,6 +7,7 @@ import pytest
 
 from feather_sched.bench.cluster import ClusterBenchSpec, run_cluster_bench
 from feather_sched.bench.suite import BenchSpec
+from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.registry import make_policy
 from feather_sched.request import Request
 from feather_sched.routing.prefix_tree import PrefixTree, tokens_to_text
@@ -19,7 +20,6 @@ from feather_sched.routing.rules import (
 )
 from feather_sched.sim.cluster import simulate_cluster
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.workloads.registry import make_workload
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from feather_sched import Request
 from feather_sched.bench.context import OverlongError, fit_context
 from feather_sched.cli import app
-from feather_sched.sim.cost import load_model
+from feather_sched.cost import load_model
 from feather_sched.workloads.traces import write_jsonl
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from feather_sched.sim.cost import (
+from feather_sched.cost import (
     BatchShape,
     HardwareProfile,
     KernelMode,
@@ -140,7 +140,7 @@ def test_every_builtin_profile_says_where_it_comes_from():
 
 
 def _raw_profiles(filename: str) -> dict:
-    path = resources.files("feather_sched.sim.cost").joinpath("profiles").joinpath(filename)
+    path = resources.files("feather_sched.cost").joinpath("profiles").joinpath(filename)
     return json.loads(path.read_text("utf-8"))["profiles"]
 
 

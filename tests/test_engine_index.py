@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from feather_sched.bench.tiny_llama import ENGINE_MODELS
+from feather_sched.cost import load_model
 from feather_sched.host.engine_index import EngineIndex, hash_to_int, sample_chain
 from feather_sched.index.cht import RequestState, chunk_digests
-from feather_sched.sim.cost import load_model
 
 BLOCK = 4
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from feather_sched import Request
+from feather_sched.cost import StepCostModel
 from feather_sched.index.cht import ChunkedHashTree
 from feather_sched.policies.bandit import ADD, STOP, Arm, BanditTable, coarse_key, combine
 from feather_sched.policies.feather import FeatherPolicy
@@ -21,7 +22,6 @@ from feather_sched.policies.features import (
 )
 from feather_sched.policies.registry import make_policy
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.workloads import LongPrefixWorkload, NoSharingWorkload
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from feather_sched.cost import StepCostModel
 from feather_sched.index.cht import ChunkedHashTree
 from feather_sched.policies.feather_paper import ADD, STOP, FeatherPaperPolicy
 from feather_sched.policies.registry import make_policy
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.workloads import LongPrefixWorkload, NoSharingWorkload
 

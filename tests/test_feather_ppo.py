@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from feather_sched.cli import app
+from feather_sched.cost import StepCostModel
 from feather_sched.policies.feather_ppo import (
     WEIGHTS_ENV,
     FeatherPPOPolicy,
@@ -21,7 +22,6 @@ from feather_sched.policies.numpy_mlp import NumpyMLP
 from feather_sched.policies.observation import FEATURES, OBS_DIM
 from feather_sched.policies.registry import make_policy, policy_names
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.workloads import LongPrefixWorkload, NoSharingWorkload
 

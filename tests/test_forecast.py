@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from feather_sched.bench.cluster import ClusterBenchSpec, run_cluster_bench
 from feather_sched.bench.suite import BenchSpec
+from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.registry import make_policy
 from feather_sched.routing.forecast import Booking, DrainModel, ReplicaForecast
 from feather_sched.routing.rules import make_rule
 from feather_sched.sim.cluster import simulate_cluster
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.workloads.presets import PAPER_SHAPE
 from feather_sched.workloads.registry import make_workload
 

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.kv_gate import CLIP_TOKENS, INIT_RATIO, MIN_RATIO, KvGate
 from feather_sched.policies.registry import make_policy
 from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.workloads.presets import build_workload
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.grouped import GroupedPolicy
 from feather_sched.policies.order import IDLE_SHARE, GroupingJudge
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.workloads import SharedPrefixWorkload
 from test_policies import FakeView

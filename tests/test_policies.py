@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from feather_sched.cost.step_model import StepCostModel
 from feather_sched.index.cht import ChunkedHashTree
 from feather_sched.policies.base import Policy
 from feather_sched.policies.homogeneous import MaxHomogeneousPolicy
@@ -29,7 +30,6 @@ from feather_sched.policies.sglang_baselines import (
 )
 from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.sim.kv_cache import block_hashes
 from feather_sched.sim.result import TIMING_KEYS

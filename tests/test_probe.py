@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from feather_sched.cost import BatchShape, StepCostModel, load_hardware
 from feather_sched.probe.layout import GRIDS, Composition, build_layout
-from feather_sched.sim.cost import BatchShape, StepCostModel, load_hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 

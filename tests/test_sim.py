@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from feather_sched import Request
+from feather_sched.cost import StepCostModel, load_hardware
 from feather_sched.policies.base import Policy, PolicyError, SchedulerView
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.grouped import GroupedPolicy
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost import StepCostModel, load_hardware
 from feather_sched.sim.engine import SimulationError, simulate
 from feather_sched.sim.result import TIMING_KEYS
 from feather_sched.workloads import MultiTurnWorkload, NoSharingWorkload, SharedPrefixWorkload

@@ -52,9 +52,9 @@ def simulate(
     the suite's setting for a named workload (500 for paper-*), else 256; `engine` takes any
     other `EngineConfig` field (`num_kv_blocks`, `max_num_batched_tokens`, ...).
     """
+    from feather_sched.cost.step_model import StepCostModel
     from feather_sched.policies.registry import make_policy
     from feather_sched.sim.config import EngineConfig
-    from feather_sched.sim.cost.step_model import StepCostModel
     from feather_sched.sim.engine import simulate as run
     from feather_sched.workloads.presets import PRESETS
 

@@ -24,8 +24,8 @@ from rich.table import Table
 from feather_sched.bench.machine import write_json, write_record
 from feather_sched.bench.suite import DEFAULT_HARDWARE, DEFAULT_POLICIES, BenchSpec
 from feather_sched.bench.vllm_engine import KvScenario, VllmBenchSpec
+from feather_sched.cost import StepCostModel
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost import StepCostModel
 from feather_sched.sim.result import SLO
 
 app = typer.Typer(
@@ -631,7 +631,7 @@ def _read_bench_rows(path: Path | None) -> list[dict[str, Any]] | None:
 
 def _print_calibration(report: dict[str, Any]) -> None:
     """The fit's errors, the fitted parameters, and the end-to-end comparison table."""
-    from feather_sched.sim.cost import HardwareProfile
+    from feather_sched.cost import HardwareProfile
 
     by_kind = ", ".join(f"{k} {v:.1%}" for k, v in report["heldout_mape_by_kind"].items())
     console.print(

@@ -21,7 +21,7 @@ from datetime import date
 
 import numpy as np
 
-from feather_sched.sim.cost import BatchShape, HardwareProfile, ModelProfile, StepCostModel
+from feather_sched.cost import BatchShape, HardwareProfile, ModelProfile, StepCostModel
 
 
 @dataclass(frozen=True)

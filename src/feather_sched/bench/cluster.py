@@ -17,10 +17,10 @@ from rich.table import Table
 
 from feather_sched.bench.context import fit_context
 from feather_sched.bench.suite import BenchSpec
+from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.registry import make_policy
 from feather_sched.routing.rules import REPLICA_POLICY, RULES, make_rule
 from feather_sched.sim.cluster import simulate_cluster
-from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.workloads.presets import build_workload
 
 DEFAULT_ROUTERS = ("pow2", "prefix-affinity", "feather")

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.grouped import GroupedPolicy
 from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.sim.result import SimResult
 

@@ -159,8 +159,8 @@ def _describe(name: str, p: Any) -> str:
 def catalogue() -> dict[str, list[tuple[str, str]]]:
     """What `feather list` prints: every name the bench takes, with a line each."""
     from feather_sched.bench.suite import BOUNDS, SUITE
+    from feather_sched.cost.profiles import list_hardware, list_models
     from feather_sched.policies.registry import policy_class, policy_names
-    from feather_sched.sim.cost.profiles import list_hardware, list_models
     from feather_sched.workloads.registry import WORKLOADS
 
     def first_line(obj: Any) -> str:
@@ -195,7 +195,7 @@ def catalogue() -> dict[str, list[tuple[str, str]]]:
 
 def _hardware_line(name: str) -> str:
     """A built-in hardware profile's provenance and what it is, for `feather list`."""
-    from feather_sched.sim.cost.profiles import load_hardware
+    from feather_sched.cost.profiles import load_hardware
 
     hw = load_hardware(name)
     what = hw.description.split(";")[0].split(",")[0]

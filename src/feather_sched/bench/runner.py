@@ -28,7 +28,7 @@ from feather_sched.bench.output import (
     workload_block,
 )
 from feather_sched.bench.suite import BenchSpec, PreparedWorkload, prepare_workloads, run_bench
-from feather_sched.sim.cost import StepCostModel, load_hardware
+from feather_sched.cost import StepCostModel, load_hardware
 
 
 def package_version() -> str:

@@ -17,7 +17,7 @@ What is not SGLang's: the model. The config written at run time names the archit
 external-model packages use) and loaded with `--load-format dummy`, so there is no download and
 no weights. Its forward returns logits that make the next token a deterministic function of
 the last token and its position (never EOS), and, when a step-cost profile is given, sleeps
-for the time the calibrated CPU cost model (`sim/cost`) gives that batch: its real shape
+for the time the calibrated CPU cost model (`cost/`) gives that batch: its real shape
 (prefill tokens, attention pairs, and the KV slots every sequence reads, read from SGLang's
 `req_to_token` table, so radix-cache sharing is measured, not assumed). Everything else in a
 step's time (batch building, radix matching, the plugin) is real CPU time.
@@ -368,7 +368,7 @@ def _step_cost(spec: ServeSpec) -> Callable[[Any], float] | None:
         return None
     import numpy as np
 
-    from feather_sched.sim.cost import BatchShape, StepCostModel
+    from feather_sched.cost import BatchShape, StepCostModel
 
     hardware, model = spec.step_cost
     cost_model = StepCostModel(hardware, model)

@@ -12,11 +12,11 @@ from typing import Any
 from feather_sched.bench.context import fit_context
 from feather_sched.bench.oracle import default_caps, oracle_sweep
 from feather_sched.bench.report import add_relative
+from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.registry import make_policy, policy_names
 from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.sim.result import SLO
 from feather_sched.workloads.arrivals import parse_arrival

@@ -3,7 +3,7 @@
 No download: the weights come from `LlamaForCausalLM(config)` with a fixed torch seed, and the
 tokenizer is a word-level vocabulary ("t0" .. "t{n-1}") built with `tokenizers`, so that
 `vllm serve DIR` works too. Two shapes, each the model profile of the same name in
-`sim/cost/profiles/models.json` (a test keeps them in sync):
+`cost/profiles/models.json` (a test keeps them in sync):
 
 - `tiny-llama`: the test model; steps are dominated by fixed per-step overhead.
 - `kv-bound`: 4 KiB of KV per token per layer (8 KV heads x 64 x float32), so a 2,000-token

@@ -47,15 +47,15 @@ from feather_sched.bench.vllm_engine import (
     run_repetition,
     scheduler_of,
 )
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost import (
+from feather_sched.cost import (
     BatchShape,
     HardwareProfile,
     ModelProfile,
     StepCostModel,
     load_hardware,
 )
-from feather_sched.sim.cost import load_model as load_model_profile
+from feather_sched.cost import load_model as load_model_profile
+from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.engine import simulate
 
 

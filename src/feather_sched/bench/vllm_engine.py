@@ -37,9 +37,9 @@ import numpy as np
 
 from feather_sched.bench.context import fit_context
 from feather_sched.bench.report import add_relative
+from feather_sched.cost import BatchShape
 from feather_sched.policies.base import policy_counters
 from feather_sched.request import Request
-from feather_sched.sim.cost import BatchShape
 from feather_sched.sim.result import preemption_spread
 from feather_sched.workloads import make_workload
 from feather_sched.workloads.presets import PRESETS

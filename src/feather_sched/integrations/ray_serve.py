@@ -244,10 +244,10 @@ class EmulatedEngine:
         engine: dict | None = None,
         policy_options: dict | None = None,
     ) -> None:
+        from feather_sched.cost.step_model import StepCostModel
         from feather_sched.policies.registry import make_policy
         from feather_sched.sim.cluster import ReplicaEngine
         from feather_sched.sim.config import EngineConfig
-        from feather_sched.sim.cost.step_model import StepCostModel
 
         self.engine = ReplicaEngine(
             make_policy(policy, **(policy_options or {})),

@@ -57,6 +57,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from feather_sched.cost.step_model import BatchShape, StepCostModel
 from feather_sched.policies.bandit import STOP, BanditTable
 from feather_sched.policies.base import Policy, SchedulerView, is_decode_step
 from feather_sched.policies.fcfs import queue_head
@@ -65,7 +66,6 @@ from feather_sched.policies.grouped import grouped_candidates
 from feather_sched.policies.kv_gate import KvGate
 from feather_sched.policies.order import GroupingJudge
 from feather_sched.policies.starvation import StarvationGuard
-from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
 
 _STATE_VERSION = 4
 PRIOR_CACHE_SIZE = 4096

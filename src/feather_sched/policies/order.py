@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import math
 
+from feather_sched.cost.step_model import BatchShape, StepCostModel
 from feather_sched.policies.base import SchedulerView
 from feather_sched.policies.features import shared_depth
-from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
 
 IDLE_SHARE = 0.01
 """Grouping can pay by filling the batch when the engine's order would leave at least this

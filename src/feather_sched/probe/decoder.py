@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from feather_sched.sim.cost import ModelProfile
+from feather_sched.cost import ModelProfile
 
 
 @dataclass

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from feather_sched.sim.cost import BatchShape
+from feather_sched.cost import BatchShape
 
 
 @dataclass(frozen=True)

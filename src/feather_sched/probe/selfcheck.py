@@ -28,11 +28,11 @@ def run(device: str) -> dict:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
 
+    from feather_sched.cost import load_model
     from feather_sched.probe.attention import reference_paged_decode
     from feather_sched.probe.decoder import RandomDecoder
     from feather_sched.probe.layout import Composition, build_layout
     from feather_sched.probe.triton_decode import triton_paged_decode
-    from feather_sched.sim.cost import load_model
 
     dtypes = [torch.float32] + ([torch.bfloat16] if device == "cuda" else [])
     out: dict = {"device": device, "interpreted": device == "cpu", "cases": []}

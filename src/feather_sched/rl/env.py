@@ -53,13 +53,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from feather_sched.cost.step_model import BatchShape, StepCostModel
 from feather_sched.policies.bandit import ADD, STOP
 from feather_sched.policies.base import is_decode_step
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.observation import OBS_DIM, DelegatedFeather
 from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.sim.result import SimResult
 from feather_sched.workloads import make_workload

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.base import SchedulerView
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.features import DecisionState
@@ -26,7 +27,6 @@ from feather_sched.policies.observation import (
     observe,
 )
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.sim.engine import simulate
 from feather_sched.workloads.base import Workload
 

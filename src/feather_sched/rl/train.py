@@ -153,8 +153,8 @@ def _imitate_bandit(policy: Any, mix: Sequence[MixEntry], config: TrainConfig) -
     """Fit the actor to the bandit's greedy choices (cross-entropy, full batch)."""
     import torch
 
+    from feather_sched.cost.step_model import StepCostModel
     from feather_sched.rl.teacher import collect_demonstrations
-    from feather_sched.sim.cost.step_model import StepCostModel
 
     cost = StepCostModel(config.hardware, config.model, config.kernel)
     entries = [(e.build(), EngineConfig(max_num_seqs=e.max_num_seqs)) for e in mix]

@@ -5,7 +5,7 @@ needs the one thing a request-count bound cannot tell it: what a request *costs*
 replica. That cost depends on what the replica already runs. A request of a group the replica
 runs adds its suffix's prefill and one more row to batches that read the group's prefix KV
 anyway; the same request on a replica without its group adds the prefix's prefill and, every
-decode step, another prefix to read (the paper's effect, which `sim.cost.step_model` prices).
+decode step, another prefix to read (the paper's effect, which `cost.step_model` prices).
 So concentrating a group is nearly free until the holder's queue outgrows a second replica's
 whole cost of taking the group on, and then spreading pays; with no sharing every request
 costs the same everywhere and the rule is join-the-least-work.
@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
+from feather_sched.cost.step_model import BatchShape, StepCostModel
 
 _PREFILL_PROBE_TOKENS = 2048
 """Prefill tokens in the step that prices one prefill token (a chunked-prefill budget)."""

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from feather_sched.cost.step_model import StepCostModel
 from feather_sched.index.cht import chunk_digests, deepest_true
 from feather_sched.routing.forecast import Booking, DrainModel, ReplicaForecast
 from feather_sched.routing.prefix_tree import PrefixTree, tokens_to_text
-from feather_sched.sim.cost.step_model import StepCostModel
 
 Tiers = list[list[str]]
 

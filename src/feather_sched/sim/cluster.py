@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.base import Policy
 from feather_sched.request import Request
 from feather_sched.routing.rules import RoutingRequest, RoutingRule, pick
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost.step_model import StepCostModel
 from feather_sched.sim.engine import SimulationError, Simulator, _Run
 from feather_sched.sim.result import RequestRecord, SimResult
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from feather_sched.sim.cost.profiles import HardwareProfile, ModelProfile
+from feather_sched.cost.profiles import HardwareProfile, ModelProfile
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,13 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from feather_sched.cost.step_model import BatchShape, StepCostModel
 from feather_sched.host.admission import AdmissionPass, Hosted, HostStats, PolicyHost
 from feather_sched.host.engine_index import cht_digests, chunk_blocks
 from feather_sched.index.cht import ChunkedHashTree
 from feather_sched.policies.base import Policy, policy_counters
 from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.cost.step_model import BatchShape, StepCostModel
 from feather_sched.sim.kv_cache import PagedKVCache, block_hashes
 from feather_sched.sim.result import RequestRecord, SimResult, StepLog
 

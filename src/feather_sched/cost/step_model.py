@@ -70,7 +70,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from feather_sched.sim.cost.profiles import (
+from feather_sched.cost.profiles import (
     HardwareProfile,
     ModelProfile,
     load_hardware,

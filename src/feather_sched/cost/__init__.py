@@ -1,6 +1,6 @@
-"""sim/cost: hardware and model profiles (data) and the step-time model."""
+"""cost: hardware and model profiles (data) and the step-time model."""
 
-from feather_sched.sim.cost.profiles import (
+from feather_sched.cost.profiles import (
     HardwareProfile,
     ModelProfile,
     ProfileError,
@@ -9,7 +9,7 @@ from feather_sched.sim.cost.profiles import (
     load_hardware,
     load_model,
 )
-from feather_sched.sim.cost.step_model import BatchShape, KernelMode, StepCost, StepCostModel
+from feather_sched.cost.step_model import BatchShape, KernelMode, StepCost, StepCostModel
 
 __all__ = [
     "BatchShape",
