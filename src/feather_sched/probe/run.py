@@ -251,6 +251,26 @@ def _meminfo(key: str) -> int:
 # --------------------------------------------------------------------------- the run
 
 
+@dataclass
+class _Session:
+    """One probe run's instruments and what it has measured so far."""
+
+    spec: ProbeSpec
+    info: dict[str, Any]
+    decoder: Any
+    kernels: dict[str, Any]
+    reps: int
+    warmup: int
+    budget: float | None
+    how: str
+    t_start: float
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    shapes: dict[str, Any] = field(default_factory=dict)
+    notes: set[str] = field(default_factory=set)
+    failed: list[str] = field(default_factory=list)
+    stopped_at: str | None = None
+
+
 def run_probe(
     spec: ProbeSpec,
     out: Path | None = None,
@@ -261,6 +281,43 @@ def run_probe(
     """Measure, fit, write `out` (profile), `json_out` (results) and `plot`; the report."""
     import torch
 
+    t_start = time.perf_counter()
+    session, model, cost_model, dtype, comps, plan = _start(spec, log, t_start)
+    with torch.inference_mode():
+        for kname, attn in session.kernels.items():
+            for i, comp in enumerate(comps):
+                if session.budget is not None and time.perf_counter() - t_start > session.budget:
+                    session.stopped_at = f"{kname} {comp.label}"
+                    log(f"time budget spent: stopped before {session.stopped_at}")
+                    break
+                _measure(session, kname, attn, i, comp, len(comps), log)
+                if json_out is not None:  # what is measured so far survives a killed run
+                    partial = {"device": session.info, "rows": session.rows}
+                    write_json(Path(f"{json_out}.partial"), partial)
+    measured_s = time.perf_counter() - t_start
+    first = next(iter(session.kernels))
+    if len({r["composition"] for r in session.rows if r["kernel"] == first}) < 3:
+        raise RuntimeError(
+            f"only {len(session.rows)} composition(s) measured, too few to fit; "
+            f"failures: {session.failed}"
+        )
+    fitted = _fit(spec, session.info, cost_model, session.rows, session.shapes, first)
+    report = {
+        "machine": machine_info(),
+        "device": session.info,
+        "config": _report_config(session, model, dtype, plan, measured_s),
+        **fitted,
+    }
+    _write_outputs(report, out, json_out, plot)
+    return report
+
+
+def _start(spec: ProbeSpec, log: Callable[[str], None], t_start: float):
+    """Checks, the device, the model at the dtype that runs, the compositions that fit, the
+    decoder and the kernels: the session, the model, the cost model, the dtype, the
+    compositions and the KV plan (skipped, blocks, pools)."""
+    import torch
+
     from feather_sched.probe.attention import kernels as available_kernels
     from feather_sched.probe.decoder import RandomDecoder
 
@@ -268,7 +325,6 @@ def run_probe(
         raise ValueError(f"--device must be cuda or cpu, got {spec.device!r}")
     if spec.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda: torch sees no CUDA device")
-    t_start = time.perf_counter()
     torch.manual_seed(spec.seed)
     if spec.device == "cpu":
         torch.set_num_threads(spec.threads or 1)
@@ -291,110 +347,113 @@ def run_probe(
     decoder = RandomDecoder(
         cost_model, spec.device, dtype, blocks, pools, spec.block_size, spec.seed
     )
-    kerns = available_kernels(spec.device, spec.kernels)
-    reps, warmup, budget = spec.resolved_reps(), spec.resolved_warmup(), spec.resolved_budget()
-    how = statistic(spec.device)
-    rows: list[dict[str, Any]] = []
-    shapes = {}
-    notes: set[str] = set()
-    stopped_at = None
-    failed: list[str] = []
-    with torch.inference_mode():
-        for kname, attn in kerns.items():
-            graph_ok = spec.cuda_graph and getattr(attn, "graph_safe", True)
-            for i, comp in enumerate(comps):
-                if budget is not None and time.perf_counter() - t_start > budget:
-                    stopped_at = f"{kname} {comp.label}"
-                    log(f"time budget spent: stopped before {stopped_at}")
-                    break
-                layout = build_layout(comp, spec.block_size, seed=spec.seed + i)
-                if comp.label not in shapes:
-                    shapes[comp.label] = layout.shape()
-                b = decoder.batch(layout, seed=spec.seed + i)
-                q = decoder.query(b)
-                if getattr(attn, "needs_plan", False):
-                    attn.plan(q, decoder.pools[0][0], b.block_tables, b.context_lens, decoder.scale)
-                try:
-                    step_t, graphed, note = _time(
-                        lambda b=b, attn=attn: decoder.step(b, attn),
-                        spec.device,
-                        warmup,
-                        reps,
-                        graph_ok,
-                    )
-                    attn_t, _, note2 = _time(
-                        lambda b=b, attn=attn, q=q: decoder.attention_only(b, attn, q),
-                        spec.device,
-                        warmup,
-                        reps,
-                        graph_ok,
-                    )
-                except RuntimeError as err:  # out of memory, a kernel failing: go on without it
-                    failed.append(f"{kname} {comp.label}: {type(err).__name__}: {err}"[:500])
-                    log(f"failed: {failed[-1]}")
-                    del b, q
-                    if spec.device == "cuda":
-                        torch.cuda.synchronize()
-                        torch.cuda.empty_cache()
-                    continue
-                notes.update(n for n in (note, note2) if n)
-                step_s, attn_s = _stat(step_t, how), _stat(attn_t, how)
-                shape = shapes[comp.label]
-                rows.append(
-                    {
-                        "composition": comp.label,
-                        "kernel": kname,
-                        "batch": comp.batch,
-                        "prefixes": comp.prefixes,
-                        "prefix_len": comp.prefix_len,
-                        "suffix_len": comp.suffix_len,
-                        "decode_ms": round(step_s * 1e3, 4),
-                        "attn_ms": round(attn_s * 1e3, 4),
-                        "decode_runs_ms": [round(t * 1e3, 4) for t in step_t],
-                        "cuda_graph": graphed,
-                        "logical_kv_tokens": shape.logical_kv_tokens,
-                        "unique_kv_tokens": shape.unique_kv_tokens,
-                    }
-                )
-                log(
-                    f"{kname} {comp.label}: step {step_s * 1e3:.3f} ms, "
-                    f"attention {attn_s * 1e3:.3f} ms ({i + 1}/{len(comps)})"
-                )
-                del b, q
-                if spec.device == "cuda":
-                    torch.cuda.empty_cache()
-                if json_out is not None:  # what is measured so far survives a killed run
-                    write_json(Path(f"{json_out}.partial"), {"device": info, "rows": rows})
-    measured_s = time.perf_counter() - t_start
-    if len({r["composition"] for r in rows if r["kernel"] == next(iter(kerns))}) < 3:
-        raise RuntimeError(
-            f"only {len(rows)} composition(s) measured, too few to fit; failures: {failed}"
-        )
-    fitted = _fit(spec, info, cost_model, rows, shapes, next(iter(kerns)))
-    report = {
-        "machine": machine_info(),
-        "device": info,
-        "config": {
-            **{k: v for k, v in asdict(spec).items() if k != "compositions"},
-            "model": model.name,
-            "dtype": str(dtype).replace("torch.", ""),
-            "grid": spec.grid_name() if spec.compositions is None else "custom",
-            "reps": reps,
-            "warmup": warmup,
-            "statistic": how,
-            "budget_s": budget,
-            "kv_pools": pools,
-            "kv_blocks_per_pool": blocks,
-            "kernels": list(kerns),
-            "fitted_kernel": next(iter(kerns)),
-            "skipped_compositions": skipped,
-            "stopped_before": stopped_at,
-            "failed": failed,
-            "notes": sorted(notes),
-            "measure_s": round(measured_s, 1),
-        },
-        **fitted,
+    session = _Session(
+        spec,
+        info,
+        decoder,
+        available_kernels(spec.device, spec.kernels),
+        spec.resolved_reps(),
+        spec.resolved_warmup(),
+        spec.resolved_budget(),
+        statistic(spec.device),
+        t_start,
+    )
+    return session, model, cost_model, dtype, comps, (skipped, blocks, pools)
+
+
+def _measure(
+    session: _Session,
+    kname: str,
+    attn: Any,
+    i: int,
+    comp: Composition,
+    total: int,
+    log: Callable[[str], None],
+) -> None:
+    """Time one composition's decode step and attention alone with one kernel; a row, or a
+    failure noted (out of memory, a kernel failing: the probe goes on without it)."""
+    import torch
+
+    spec, decoder = session.spec, session.decoder
+    layout = build_layout(comp, spec.block_size, seed=spec.seed + i)
+    if comp.label not in session.shapes:
+        session.shapes[comp.label] = layout.shape()
+    b = decoder.batch(layout, seed=spec.seed + i)
+    q = decoder.query(b)
+    if getattr(attn, "needs_plan", False):
+        attn.plan(q, decoder.pools[0][0], b.block_tables, b.context_lens, decoder.scale)
+    graph_ok = spec.cuda_graph and getattr(attn, "graph_safe", True)
+    timing = (spec.device, session.warmup, session.reps, graph_ok)
+    try:
+        step_t, graphed, note = _time(lambda b=b: decoder.step(b, attn), *timing)
+        attn_t, _, note2 = _time(lambda b=b, q=q: decoder.attention_only(b, attn, q), *timing)
+    except RuntimeError as err:
+        session.failed.append(f"{kname} {comp.label}: {type(err).__name__}: {err}"[:500])
+        log(f"failed: {session.failed[-1]}")
+        del b, q
+        if spec.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        return
+    session.notes.update(n for n in (note, note2) if n)
+    step_s, attn_s = _stat(step_t, session.how), _stat(attn_t, session.how)
+    session.rows.append(_row(comp, kname, step_s, attn_s, step_t, graphed, session.shapes))
+    log(
+        f"{kname} {comp.label}: step {step_s * 1e3:.3f} ms, "
+        f"attention {attn_s * 1e3:.3f} ms ({i + 1}/{total})"
+    )
+    del b, q
+    if spec.device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _row(comp, kname, step_s, attn_s, step_t, graphed, shapes) -> dict[str, Any]:
+    shape = shapes[comp.label]
+    return {
+        "composition": comp.label,
+        "kernel": kname,
+        "batch": comp.batch,
+        "prefixes": comp.prefixes,
+        "prefix_len": comp.prefix_len,
+        "suffix_len": comp.suffix_len,
+        "decode_ms": round(step_s * 1e3, 4),
+        "attn_ms": round(attn_s * 1e3, 4),
+        "decode_runs_ms": [round(t * 1e3, 4) for t in step_t],
+        "cuda_graph": graphed,
+        "logical_kv_tokens": shape.logical_kv_tokens,
+        "unique_kv_tokens": shape.unique_kv_tokens,
     }
+
+
+def _report_config(session: _Session, model, dtype, plan, measured_s: float) -> dict[str, Any]:
+    """The report's config: the spec as run and how the run went."""
+    spec = session.spec
+    skipped, blocks, pools = plan
+    return {
+        **{k: v for k, v in asdict(spec).items() if k != "compositions"},
+        "model": model.name,
+        "dtype": str(dtype).replace("torch.", ""),
+        "grid": spec.grid_name() if spec.compositions is None else "custom",
+        "reps": session.reps,
+        "warmup": session.warmup,
+        "statistic": session.how,
+        "budget_s": session.budget,
+        "kv_pools": pools,
+        "kv_blocks_per_pool": blocks,
+        "kernels": list(session.kernels),
+        "fitted_kernel": next(iter(session.kernels)),
+        "skipped_compositions": skipped,
+        "stopped_before": session.stopped_at,
+        "failed": session.failed,
+        "notes": sorted(session.notes),
+        "measure_s": round(measured_s, 1),
+    }
+
+
+def _write_outputs(
+    report: dict[str, Any], out: Path | None, json_out: Path | None, plot: Path | None
+) -> None:
+    """The fitted profile, the JSON report (the partial file then goes) and the plot."""
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         HardwareProfile.from_dict(report["profile"]).save(out)
@@ -406,7 +465,6 @@ def run_probe(
         from feather_sched.probe.plot import plot_results
 
         report["plot"] = plot_results(report, plot)
-    return report
 
 
 def _fit(spec, info, model: ModelProfile, rows, shapes, kernel: str) -> dict[str, Any]:
