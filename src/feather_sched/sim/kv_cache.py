@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import NoReturn
 
 import numpy as np
 import xxhash
@@ -289,15 +290,7 @@ class PagedKVCache:
         ``block_size``, at most ``(prompt_len - 1) // block_size`` blocks), or None
         (changing nothing) if there are not enough free blocks.
         """
-        if seq_id in self._seqs:
-            raise ValueError(f"sequence {seq_id!r} is already allocated")
-        if num_tokens < 0:
-            raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-        if len(block_hashes) > prompt_len // self.block_size:
-            raise ValueError(
-                f"{len(block_hashes)} block hashes but prompt_len={prompt_len} has only "
-                f"{prompt_len // self.block_size} full blocks of {self.block_size}"
-            )
+        self._check_allocation(seq_id, block_hashes, num_tokens, prompt_len)
         bs = self.block_size
         hits = self._match(block_hashes, prompt_len)
         n_hit = len(hits)
@@ -314,22 +307,7 @@ class PagedKVCache:
             return None
 
         if hits:
-            evictable = self._evictable
-            used = shared_blocks = shared_refs = 0
-            for b in hits:
-                r = ref[b]
-                if r == 0:
-                    del evictable[b]
-                    used += 1
-                elif r == 1:
-                    shared_blocks += 1
-                    shared_refs += 2
-                else:
-                    shared_refs += 1
-                ref[b] = r + 1
-            self._used += used
-            self._shared_blocks += shared_blocks
-            self._shared_refs += shared_refs
+            self._reference(hits)
         blocks = hits
         if n_new > 0:
             self._take_free_blocks(n_new, blocks)
@@ -337,6 +315,39 @@ class PagedKVCache:
         self.total_hit_tokens += hit_tokens
         self.total_queried_tokens += prompt_len
         return hit_tokens
+
+    def _check_allocation(
+        self, seq_id: str, block_hashes: Sequence[int], num_tokens: int, prompt_len: int
+    ) -> None:
+        if seq_id in self._seqs:
+            raise ValueError(f"sequence {seq_id!r} is already allocated")
+        if num_tokens < 0:
+            raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+        if len(block_hashes) > prompt_len // self.block_size:
+            raise ValueError(
+                f"{len(block_hashes)} block hashes but prompt_len={prompt_len} has only "
+                f"{prompt_len // self.block_size} full blocks of {self.block_size}"
+            )
+
+    def _reference(self, hits: list[int]) -> None:
+        """One more reader for each cached hit block: an unreferenced one leaves the
+        evictable LRU and counts as used; a second reader makes a block shared."""
+        ref, evictable = self._ref, self._evictable
+        used = shared_blocks = shared_refs = 0
+        for b in hits:
+            r = ref[b]
+            if r == 0:
+                del evictable[b]
+                used += 1
+            elif r == 1:
+                shared_blocks += 1
+                shared_refs += 2
+            else:
+                shared_refs += 1
+            ref[b] = r + 1
+        self._used += used
+        self._shared_blocks += shared_blocks
+        self._shared_refs += shared_refs
 
     def grow(self, seq_id: str, total_tokens: int) -> bool:
         """Extend the sequence's resident KV to ``total_tokens`` tokens.
@@ -444,76 +455,86 @@ class PagedKVCache:
         O(num_blocks + total block-table length): for tests and debugging, not for
         every simulator step.
         """
+        self._check_tables()
+        self._check_free_lists()
+        self._check_hashes()
+        self._check_counters()
 
-        def fail(msg: str) -> None:
-            raise KVCacheInvariantError(msg)
-
+    def _check_tables(self) -> None:
+        """Block tables: in range, no block twice, capacity and token counts consistent,
+        and every refcount equal to the number of sequences holding the block."""
         n = self.num_blocks
         expected = [0] * n
         for sid, seq in self._seqs.items():
             seen: set[int] = set()
             for b in seq.blocks:
                 if not 0 <= b < n:
-                    fail(f"sequence {sid!r} holds out-of-range block {b}")
+                    _fail(f"sequence {sid!r} holds out-of-range block {b}")
                 if b in seen:
-                    fail(f"sequence {sid!r} holds block {b} twice")
+                    _fail(f"sequence {sid!r} holds block {b} twice")
                 seen.add(b)
                 expected[b] += 1
             if seq.capacity != len(seq.blocks) * self.block_size:
-                fail(f"sequence {sid!r}: capacity {seq.capacity} != blocks*block_size")
+                _fail(f"sequence {sid!r}: capacity {seq.capacity} != blocks*block_size")
             if not (seq.capacity - self.block_size < seq.num_tokens <= seq.capacity) and not (
                 seq.num_tokens == 0 and not seq.blocks
             ):
-                fail(
+                _fail(
                     f"sequence {sid!r}: {seq.num_tokens} tokens in {len(seq.blocks)} blocks "
                     f"of {self.block_size}"
                 )
             if not 0 <= seq.num_committed <= len(seq.blocks):
-                fail(f"sequence {sid!r}: num_committed {seq.num_committed} out of range")
+                _fail(f"sequence {sid!r}: num_committed {seq.num_committed} out of range")
         for b in range(n):
             r = self._ref[b]
             if r < 0:
-                fail(f"block {b} has negative refcount {r}")
+                _fail(f"block {b} has negative refcount {r}")
             if r != expected[b]:
-                fail(f"block {b}: refcount {r} but held by {expected[b]} sequences")
+                _fail(f"block {b}: refcount {r} but held by {expected[b]} sequences")
 
+    def _check_free_lists(self) -> None:
+        """Free blocks: unreferenced, on one list only, hashed exactly when evictable."""
         plain = set(self._plain)
         if len(plain) != len(self._plain):
-            fail("uncached free list contains duplicates")
+            _fail("uncached free list contains duplicates")
         evict = set(self._evictable)
         if plain & evict:
-            fail(f"blocks both uncached-free and evictable: {sorted(plain & evict)[:10]}")
+            _fail(f"blocks both uncached-free and evictable: {sorted(plain & evict)[:10]}")
         for b in plain:
             if self._ref[b]:
-                fail(f"block {b} is free but has refcount {self._ref[b]}")
+                _fail(f"block {b} is free but has refcount {self._ref[b]}")
             if self._hash[b] is not None:
-                fail(f"block {b} is in the uncached free list but carries a hash")
+                _fail(f"block {b} is in the uncached free list but carries a hash")
         for b in evict:
             if self._ref[b]:
-                fail(f"block {b} is evictable but has refcount {self._ref[b]}")
+                _fail(f"block {b} is evictable but has refcount {self._ref[b]}")
             if self._hash[b] is None:
-                fail(f"block {b} is evictable but carries no hash")
+                _fail(f"block {b} is evictable but carries no hash")
 
+    def _check_hashes(self) -> None:
+        """The hash map and the blocks' hashes agree, and are empty without prefix caching."""
         for h, b in self._hash_to_block.items():
             if self._hash[b] != h:
-                fail(f"hash map: {h:#x} -> block {b}, whose hash is {self._hash[b]!r}")
+                _fail(f"hash map: {h:#x} -> block {b}, whose hash is {self._hash[b]!r}")
         n_hashed = sum(1 for h in self._hash if h is not None)
         if n_hashed != len(self._hash_to_block):
-            fail(f"{n_hashed} blocks carry a hash but the hash map has {len(self._hash_to_block)}")
+            _fail(f"{n_hashed} blocks carry a hash but the hash map has {len(self._hash_to_block)}")
         if not self.enable_prefix_caching and self._hash_to_block:
-            fail("prefix caching disabled but blocks are registered")
+            _fail("prefix caching disabled but blocks are registered")
 
+    def _check_counters(self) -> None:
+        """The incremental counters equal a recount of the refcounts."""
         used = sum(1 for r in self._ref if r > 0)
         shared = sum(1 for r in self._ref if r >= 2)
         shared_refs = sum(r for r in self._ref if r >= 2)
         if used != self._used:
-            fail(f"num_used_blocks {self._used} != recount {used}")
-        if used + self.num_free_blocks != n:
-            fail(f"used {used} + free {self.num_free_blocks} != num_blocks {n}")
+            _fail(f"num_used_blocks {self._used} != recount {used}")
+        if used + self.num_free_blocks != self.num_blocks:
+            _fail(f"used {used} + free {self.num_free_blocks} != num_blocks {self.num_blocks}")
         if shared != self._shared_blocks:
-            fail(f"shared_blocks {self._shared_blocks} != recount {shared}")
+            _fail(f"shared_blocks {self._shared_blocks} != recount {shared}")
         if shared_refs != self._shared_refs:
-            fail(f"shared_refs {self._shared_refs} != recount {shared_refs}")
+            _fail(f"shared_refs {self._shared_refs} != recount {shared_refs}")
 
     def assert_empty(self) -> None:
         """Check that no sequence or reference is left and no block leaked."""
@@ -536,3 +557,7 @@ class PagedKVCache:
         if seq is None:
             raise KeyError(f"unknown sequence {seq_id!r}")
         return seq
+
+
+def _fail(msg: str) -> NoReturn:
+    raise KVCacheInvariantError(msg)
