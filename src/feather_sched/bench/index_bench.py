@@ -171,21 +171,8 @@ def run_cases(
     cht_rows = []
     running_ids: list[str] = []
     for chunk_size in chunk_sizes:
-        say(f"CHT chunk {chunk_size}: insert")  # hash + add = the per-request insert cost
-        cht = ChunkedHashTree(chunk_size)
-        cht_insert_us = _us_each(
-            lambda cht=cht: [cht.add(rid, p) for rid, p in zip(ids, prompts)], len(ids)
-        )
-        digests = {rid: _digests_of(cht, rid) for rid in ids}
-        say(f"CHT chunk {chunk_size}: memory")
-        mem = _bytes_per_request(chunk_size, ids, digests)
-        running_ids = _admit_running_batch(cht, case, ids, chunk_size, running)
-        say(f"CHT chunk {chunk_size}: decisions")
-        take = min(batch, cht.num_waiting)
-        cht_times, finish_us = _cht_decision_times(cht, ids, take, repeats, digests)
-        chunks = statistics.mean(len(d) for d in digests.values())
-        cht_rows.append((chunk_size, take, cht_times, cht_insert_us, finish_us, mem, chunks))
-        del cht, digests
+        row, running_ids = _cht_case(case, prompts, ids, chunk_size, batch, running, repeats, say)
+        cht_rows.append(row)
 
     say("radix insert")
     radix = RadixTree()
@@ -214,6 +201,25 @@ def run_cases(
         )
         for chunk_size, take, cht_times, cht_insert_us, finish_us, mem, chunks in cht_rows
     ]
+
+
+def _cht_case(case, prompts, ids, chunk_size, batch, running, repeats, say):
+    """One chunk size: insert, memory, the running batch, the timed decisions. Returns the
+    row's raw figures and the running batch's ids."""
+    say(f"CHT chunk {chunk_size}: insert")  # hash + add = the per-request insert cost
+    cht = ChunkedHashTree(chunk_size)
+    cht_insert_us = _us_each(
+        lambda cht=cht: [cht.add(rid, p) for rid, p in zip(ids, prompts)], len(ids)
+    )
+    digests = {rid: _digests_of(cht, rid) for rid in ids}
+    say(f"CHT chunk {chunk_size}: memory")
+    mem = _bytes_per_request(chunk_size, ids, digests)
+    running_ids = _admit_running_batch(cht, case, ids, chunk_size, running)
+    say(f"CHT chunk {chunk_size}: decisions")
+    take = min(batch, cht.num_waiting)
+    cht_times, finish_us = _cht_decision_times(cht, ids, take, repeats, digests)
+    chunks = statistics.mean(len(d) for d in digests.values())
+    return (chunk_size, take, cht_times, cht_insert_us, finish_us, mem, chunks), running_ids
 
 
 def _digests_of(cht: ChunkedHashTree, rid: str) -> np.ndarray:
