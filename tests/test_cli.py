@@ -108,7 +108,7 @@ def test_trace_stats_missing_file() -> None:
 
 
 def test_train_uses_the_suites_engine_settings() -> None:
-    from feather_sched.cli import _suite_max_num_seqs
+    from feather_sched.cli.train import _suite_max_num_seqs
 
     assert _suite_max_num_seqs("paper-5g") == 500  # what `feather bench` runs it with
     assert _suite_max_num_seqs("shared-prefix") == 256

@@ -1,0 +1,412 @@
+"""`feather bench` (the simulator, vLLM, SGLang, a simulated cluster) and `feather
+sglang-bench`."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from feather_sched.bench.machine import write_record
+from feather_sched.bench.suite import DEFAULT_HARDWARE, DEFAULT_POLICIES, BenchSpec
+from feather_sched.bench.vllm_engine import KvScenario, VllmBenchSpec
+from feather_sched.cli.common import (
+    Hardware,
+    Kernel,
+    app,
+    console,
+    err_console,
+    fail,
+    float_list,
+    optional_names,
+)
+from feather_sched.sim.config import EngineConfig
+from feather_sched.sim.result import SLO
+
+# ---- `feather bench` options
+
+_BenchWorkloads = Annotated[
+    list[str],
+    typer.Option(
+        "--workload",
+        "-w",
+        help="Workload name or trace:PATH; repeat or comma-separate. Default: the built-in suite.",
+    ),
+]
+_BenchPolicies = Annotated[
+    str | None,
+    typer.Option(
+        help="Comma-separated policies to compare. Default: "
+        + ",".join(DEFAULT_POLICIES)
+        + " (sim); grouped and feather against vLLM's own scheduler (--engine vllm); "
+        "SGLang's own fcfs, lpm, dfs-weight beside Feather's (--engine sglang; default "
+        "fcfs,lpm,feather).",
+    ),
+]
+_BenchModel = Annotated[
+    str | None,
+    typer.Option(
+        help="Model profile name or JSON file (sim; default llama-3.1-8b). --engine vllm: a "
+        "random-weight Llama built locally, tiny-llama (default) or kv-bound (KV-read-bound "
+        "decode, its own workloads: paper-32g, paper-4g, no-sharing), or a model directory.",
+    ),
+]
+_BenchMaxNumSeqs = Annotated[
+    int | None,
+    typer.Option(min=1, help="Engine max running sequences (default 256; 500 for paper-*)."),
+]
+_MaxBatchedTokens = Annotated[int, typer.Option(min=1, help="Engine token budget per step.")]
+_KvBlocks = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="KV cache blocks (sim default: sized from the hardware memory; --engine vllm "
+        "default: two runs, under KV pressure and without).",
+    ),
+]
+_PolicyState = Annotated[
+    Path | None,
+    typer.Option(
+        "--policy-state",
+        help="Feather bandit table: loaded if the file exists (warm start), saved after the "
+        "run (--engine vllm: after each feather run, so later repeats start warm).",
+    ),
+]
+_BenchFeatherHardware = Annotated[
+    str | None,
+    typer.Option(
+        help="Hardware profile (name or JSON) the feather policy takes as its step-cost prior. "
+        "Sim: default the bench's own --hardware, 'none' for no prior. --engine vllm: default "
+        "none; pass the profile `feather calibrate` fitted for this machine.",
+    ),
+]
+_BenchJson = Annotated[Path, typer.Option("--json", help="JSON results.")]
+_BenchPlot = Annotated[Path, typer.Option("--plot", help="Plot: .png, .pdf, .svg or .jpg.")]
+_BenchEngine = Annotated[
+    str,
+    typer.Option(
+        help="sim: the simulator; vllm: the real vLLM engine (needs the 'vllm' extra); "
+        "sglang: SGLang's real scheduler loop with a stand-in forward (the 'sglang' extra)."
+    ),
+]
+_BenchRepeats = Annotated[int, typer.Option(min=1, help="Runs per configuration (--engine vllm).")]
+_AsyncScheduling = Annotated[
+    bool,
+    typer.Option(
+        "--async-scheduling",
+        help="--engine vllm: run vLLM's async scheduling (the GPU default), also on CPU.",
+    ),
+]
+_BenchReplicas = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Simulate a cluster of N replicas behind each of --routers (bench.cluster).",
+    ),
+]
+_BenchRouters = Annotated[
+    str | None,
+    typer.Option(
+        help="With --replicas: comma-separated routers (pow2, prefix-affinity, feather; "
+        "default all three), each over its replica policy (fcfs, fcfs, feather).",
+    ),
+]
+_DropOverlong = Annotated[
+    bool,
+    typer.Option(
+        "--drop-overlong",
+        help="Drop requests longer than the model's context (prompt + output), counted in "
+        "the row as dropped_overlong; without it such a workload is an error.",
+    ),
+]
+
+
+_Arrival = Annotated[
+    str | None,
+    typer.Option(
+        help="Arrival process of generated workloads: all, poisson:RATE (requests/s) or "
+        "bursts:SIZE:INTERVAL. Default: each workload's own (all at once). Not for traces.",
+    ),
+]
+_RateScale = Annotated[
+    float | None,
+    typer.Option(
+        help="Multiply the request rate (arrival times divided by it), e.g. 10 replays a "
+        "trace 10x faster.",
+    ),
+]
+_Limit = Annotated[
+    int | None,
+    typer.Option(help="Keep each workload's first N requests (by arrival)."),
+]
+_SloTtft = Annotated[
+    float | None,
+    typer.Option(help="SLO on time to first token, seconds (goodput counts requests within)."),
+]
+_SloTpot = Annotated[
+    float | None,
+    typer.Option(help="SLO on time per output token, seconds (goodput counts requests within)."),
+]
+_Rates = Annotated[
+    str | None,
+    typer.Option(
+        help="Latency-throughput sweep: comma-separated request rates (req/s); each workload "
+        "runs at each (Poisson arrivals; a trace rescaled to that mean rate), plotted.",
+    ),
+]
+_StepsOut = Annotated[
+    Path | None,
+    typer.Option(
+        help="Write the step log (JSONL): one line per step with batch, prefix groups, "
+        "admitted ids and every ADD/STOP with its features.",
+    ),
+]
+
+
+@app.command("bench")
+def bench(
+    workload: _BenchWorkloads = None,
+    policies: _BenchPolicies = None,
+    hardware: Hardware = DEFAULT_HARDWARE,
+    model: _BenchModel = None,
+    kernel: Kernel = "paged",
+    seed: Annotated[int, typer.Option(min=0, help="Workload seed.")] = 0,
+    max_num_seqs: _BenchMaxNumSeqs = None,
+    max_batched_tokens: _MaxBatchedTokens = 8192,
+    num_kv_blocks: _KvBlocks = None,
+    policy_state: _PolicyState = None,
+    feather_hardware: _BenchFeatherHardware = None,
+    json_out: _BenchJson = Path("feather-bench.json"),
+    plot: _BenchPlot = Path("feather-bench.png"),
+    engine: _BenchEngine = "sim",
+    repeats: _BenchRepeats = 3,
+    async_scheduling: _AsyncScheduling = False,
+    drop_overlong: _DropOverlong = False,
+    arrival: _Arrival = None,
+    rate_scale: _RateScale = None,
+    limit: _Limit = None,
+    slo_ttft: _SloTtft = None,
+    slo_tpot: _SloTpot = None,
+    steps_out: _StepsOut = None,
+    rates: _Rates = None,
+    replicas: _BenchReplicas = None,
+    routers: _BenchRouters = None,
+) -> None:
+    """Run every policy on every workload (simulated, or on vLLM); table, JSON and a plot.
+    With --replicas N: every router on a simulated N-replica cluster instead."""
+    opts = dict(locals())
+    opts["workload"] = optional_names(",".join(workload), "--workload") if workload else None
+    opts["policies"] = optional_names(policies, "--policies")
+    if engine != "sim":
+        _refuse_sim_only(opts)
+    if engine == "vllm":
+        return _bench_vllm(_vllm_spec(opts), json_out, plot)
+    if engine == "sglang":
+        return _bench_sglang(opts, json_out, plot)
+    if engine != "sim":
+        raise typer.BadParameter(
+            f"expected sim, vllm or sglang, got {engine!r}", param_hint="--engine"
+        )
+    try:
+        spec = _sim_spec(opts)
+    except ValueError as err:
+        fail(err)
+    if replicas is not None or routers is not None:
+        from feather_sched.bench.cluster import cli_cluster_bench
+
+        return cli_cluster_bench(spec, replicas or 4, routers, json_out, console, fail)
+    _bench_sim(spec, json_out, plot)
+
+
+SIM_ONLY = (
+    "arrival",
+    "rate_scale",
+    "limit",
+    "slo_ttft",
+    "slo_tpot",
+    "rates",
+    "replicas",
+    "routers",
+)
+"""Options only the simulator takes (for now)."""
+
+
+def _refuse_sim_only(opts: dict[str, Any]) -> None:
+    given = ["--" + k.replace("_", "-") for k in SIM_ONLY if opts[k] is not None]
+    if given:
+        only = f"{', '.join(given)}: simulator only for now"
+        fail(ValueError(f"{only} (drop --engine {opts['engine']})"))
+
+
+def _vllm_spec(opts: dict[str, Any]) -> VllmBenchSpec:
+    """The real-vLLM bench's spec from the command's options."""
+    return VllmBenchSpec(
+        workloads=opts["workload"],
+        policies=opts["policies"] or _default_vllm_policies(),
+        model=opts["model"],
+        scenarios=_kv_scenarios(opts["num_kv_blocks"]),
+        max_num_seqs=opts["max_num_seqs"] or VllmBenchSpec.max_num_seqs,
+        max_num_batched_tokens=opts["max_batched_tokens"],
+        repeats=opts["repeats"],
+        seed=opts["seed"],
+        policy_state=opts["policy_state"],
+        async_scheduling=opts["async_scheduling"],
+        policy_options=feather_prior_options(opts["feather_hardware"], opts["model"]),
+        drop_overlong=opts["drop_overlong"],
+        steps_out=opts["steps_out"],
+    )
+
+
+def _sim_spec(opts: dict[str, Any]) -> BenchSpec:
+    """The simulator bench's spec (a ValueError names a bad value)."""
+    max_num_seqs, rates = opts["max_num_seqs"], opts["rates"]
+    return BenchSpec(
+        workloads=opts["workload"] or list(BenchSpec.workloads),
+        policies=opts["policies"] or list(DEFAULT_POLICIES),
+        hardware=opts["hardware"],
+        model=opts["model"] or BenchSpec.model,  # one default, the spec's
+        kernel=opts["kernel"],
+        seed=opts["seed"],
+        engine=EngineConfig(
+            max_num_seqs=max_num_seqs or EngineConfig.max_num_seqs,
+            max_num_batched_tokens=opts["max_batched_tokens"],
+            num_kv_blocks=opts["num_kv_blocks"],
+        ),
+        engine_overrides=frozenset({"max_num_seqs"} if max_num_seqs else ()),
+        policy_state=opts["policy_state"],
+        feather_hardware=opts["feather_hardware"],
+        drop_overlong=opts["drop_overlong"],
+        arrival=opts["arrival"],
+        rate_scale=opts["rate_scale"],
+        limit=opts["limit"],
+        slo=SLO(opts["slo_ttft"], opts["slo_tpot"]),
+        steps_out=opts["steps_out"],
+        rates=None if rates is None else float_list(rates, "--rates"),
+    )
+
+
+def _bench_sim(spec: BenchSpec, json_out: Path, plot: Path) -> None:
+    """`feather bench` (the simulator): everything checked, then the runs with rows printed
+    as each workload finishes; the JSON is written first, then the plot."""
+    from feather_sched.bench.runner import SimBench
+
+    try:
+        sim = SimBench.prepare(spec, json_out, plot)
+    except (ValueError, OSError, KeyError) as err:
+        fail(err)
+    except KeyboardInterrupt:
+        err_console.print("interrupted before any run; nothing written")
+        raise typer.Exit(130) from None
+    raise typer.Exit(sim.run())
+
+
+def _default_vllm_policies() -> list[str]:
+    """The real-engine bench's policies when none are named: grouped, and feather when it is
+    registered (vLLM's own scheduler always runs, as the baseline)."""
+    from feather_sched.policies.registry import policy_names
+
+    return ["grouped", *(["feather"] if "feather" in policy_names() else [])]
+
+
+def _kv_scenarios(num_kv_blocks: int | None) -> tuple[KvScenario, ...] | None:
+    """One KV scenario of the given size; None leaves the model scale's two."""
+    if num_kv_blocks is None:
+        return None
+    return (KvScenario(f"kv-{num_kv_blocks}-blocks", num_kv_blocks),)
+
+
+def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
+    """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
+    from feather_sched.bench.output import check_output_path, check_plot_path
+    from feather_sched.bench.vllm_engine import run_vllm_bench
+
+    try:
+        check_output_path(json_out, "--json")
+        check_plot_path(plot)
+        if spec.steps_out is not None:
+            check_output_path(spec.steps_out, "--steps-out")
+        spec.validate()
+        with err_console.status("vllm bench") as status:
+            rows = run_vllm_bench(spec, on_progress=lambda label: status.update(label))
+    except (ValueError, RuntimeError, OSError) as err:
+        fail(err)
+    mode = ", async scheduling" if spec.async_scheduling else ""
+    model = spec.model or "tiny-llama"
+    title = f"feather bench --engine vllm: {model}, seed {spec.seed}, {spec.repeats} runs{mode}"
+    _report_bench(rows, title, {"engine": "vllm", **asdict(spec)}, json_out, plot)
+
+
+def _bench_sglang(opts: dict[str, Any], json_out: Path, plot: Path) -> None:
+    """`feather bench --engine sglang`: SGLang's real scheduler loop (bench/sglang_engine.py)."""
+    from feather_sched.bench.sglang_engine import BENCH_NOTE, bench_from_cli
+
+    try:
+        with console.status("sglang bench") as status:
+            rows, title, config = bench_from_cli(
+                workloads=opts["workload"] or [],
+                policies=opts["policies"] or [],
+                model=opts["model"],
+                scenarios=_kv_scenarios(opts["num_kv_blocks"]),
+                max_num_seqs=opts["max_num_seqs"],
+                max_batched_tokens=opts["max_batched_tokens"],
+                repeats=opts["repeats"],
+                seed=opts["seed"],
+                policy_state=opts["policy_state"],
+                on_progress=lambda label: status.update(label),
+            )
+    except (ValueError, RuntimeError, FileNotFoundError) as err:
+        fail(err)
+    _report_bench(rows, title, config, json_out, plot)
+    console.print(f"[dim]{BENCH_NOTE}[/dim]")
+
+
+def _report_bench(
+    rows: list[dict], title: str, config: dict[str, Any], json_out: Path, plot: Path
+) -> None:
+    """The real-engine bench's report: the table, the JSON record (first), the plot."""
+    from feather_sched.bench.output import results_text, terminal_width
+    from feather_sched.bench.report import plot_results
+    from feather_sched.bench.runner import config_provenance
+
+    print(results_text(rows, title, terminal_width()), flush=True)
+    write_record(json_out, config={**config_provenance(), **config}, rows=rows)
+    try:
+        plot_results(rows, plot, title)
+    except Exception as err:  # the rows are saved; a plot failure only loses the plot
+        fail(RuntimeError(f"rows saved to {json_out}, but the plot failed: {err}"))
+    console.print(f"wrote {json_out} and {plot}")
+
+
+def feather_prior_options(hardware: str | None, model: str | None) -> dict:
+    """`policy_options` giving the real-engine feather a step-cost prior: a fitted hardware
+    profile and the built-in engine model's own profile (a model directory has none)."""
+    if hardware is None or hardware == "none":
+        return {}
+    from feather_sched.bench.vllm_engine import ENGINE_SCALES
+
+    name = model or "tiny-llama"
+    if name not in ENGINE_SCALES:
+        raise typer.BadParameter(
+            "a prior needs a built-in --model (its profile is known)",
+            param_hint="--feather-hardware",
+        )
+    return {"feather": {"hardware": hardware, "model": name}}
+
+
+@app.command(
+    "sglang-bench",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def sglang_bench_cmd(ctx: typer.Context) -> None:
+    """CPU cost of one scheduling pass in SGLang's own classes (needs the 'sglang' extra):
+    lpm / dfs-weight vs Feather. Options: --sizes 128,1000,10000 --repeats 5 --passes 32
+    --seed 0 --json FILE (--help for the list)."""
+    if importlib.util.find_spec("sglang") is None:
+        fail(RuntimeError("sglang-bench needs SGLang: see the 'sglang' extra in pyproject.toml"))
+    from feather_sched.bench.sglang_pass import main as sglang_pass
+
+    raise typer.Exit(sglang_pass(list(ctx.args)))

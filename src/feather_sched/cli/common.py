@@ -1,0 +1,101 @@
+"""What every `feather` command shares: the app, its consoles, the failure rule (a message
+on stderr and exit status 2, as the option parser's own errors), option parsing helpers and
+the options several commands take."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+app = typer.Typer(
+    help="Feather: prefix-homogeneity-aware scheduling for LLM serving.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+trace_app = typer.Typer(help="Inspect request traces (Mooncake JSONL or Feather JSONL).")
+app.add_typer(trace_app, name="trace")
+console = Console(width=None if sys.stdout.isatty() else 150)
+err_console = Console(stderr=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from feather_sched.bench.runner import git_commit, package_version
+
+        commit = git_commit()
+        print(f"feather {package_version()}" + (f" (git {commit})" if commit else ""))
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Feather: prefix-homogeneity-aware scheduling for LLM serving."""
+
+
+# ---- options shared by several commands
+
+Hardware = Annotated[
+    str,
+    typer.Option(
+        help="Hardware profile name or JSON file (`feather list hardware` says where each "
+        "comes from: measured, derived or estimate)."
+    ),
+]
+Kernel = Annotated[str, typer.Option(help="Attention kernel: paged or ideal.")]
+Seed = Annotated[int, typer.Option()]
+
+
+def names(items: Sequence[str] | None) -> list[str]:
+    """Names from an option that may be repeated and comma-separated; blanks dropped."""
+    return [w.strip() for item in (items or []) for w in item.split(",") if w.strip()]
+
+
+def int_list(text: str, option: str) -> list[int]:
+    try:
+        values = [int(v.replace("_", "")) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise typer.BadParameter(
+            f"{option} expects comma-separated integers, got {text!r}"
+        ) from None
+    if any(v < 1 for v in values):
+        raise typer.BadParameter(f"{option} values must be >= 1, got {text!r}")
+    return values
+
+
+def float_list(text: str, option: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"{option} expects comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise ValueError(f"{option} {text!r} names no value")
+    return values
+
+
+def fail(err: Exception) -> NoReturn:
+    """Bad input found past option parsing: its message on stderr (markup-escaped, so a
+    bracket in it prints as written) and exit status 2, as the option parser's errors."""
+    err_console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)
+    raise typer.Exit(2) from None
+
+
+def optional_names(text: str | None, option: str) -> list[str] | None:
+    """Names of a comma-separated option; None when not given; an error when given empty."""
+    if text is None:
+        return None
+    found = names([text])
+    if not found:
+        fail(ValueError(f"{option} {text!r} names nothing; give at least one name"))
+    return found

@@ -1,0 +1,47 @@
+"""`feather trace stats`: a trace's request count, token totals and shared-prefix share."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from feather_sched.bench.machine import write_json
+from feather_sched.cli.common import (
+    console,
+    fail,
+    trace_app,
+)
+
+
+@trace_app.command("stats")
+def trace_stats_cmd(
+    path: Annotated[
+        Path, typer.Argument(help="Trace file: Mooncake JSONL (hash_ids) or Feather JSONL.")
+    ],
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Read only the first N requests.")
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the stats as JSON.")
+    ] = None,
+) -> None:
+    """Request count, token totals and the share of prompt tokens that are a shared prefix."""
+    from feather_sched.workloads.stats import render_stats, trace_stats
+    from feather_sched.workloads.traces import TraceFormatError, read_trace
+
+    if not path.is_file():
+        raise typer.BadParameter(f"no such file: {path}", param_hint="PATH")
+    try:
+        with console.status(f"reading {path.name}"):
+            requests = read_trace(path, limit=limit)
+        with console.status("computing shared prefixes"):
+            stats = trace_stats(requests)
+    except TraceFormatError as err:
+        fail(err)
+    console.print(render_stats(stats, title=f"Trace {path.name}"))
+    if json_out is not None:
+        write_json(json_out, asdict(stats))
+        console.print(f"wrote {json_out}")
