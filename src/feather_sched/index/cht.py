@@ -1,10 +1,8 @@
 """Chunked Hash Tree: prefix detection by chained chunk digests.
 
-A prompt is hashed once, left to right, with one streaming 64-bit xxh3 state over its int32
-bytes; a digest is emitted at every chunk boundary and at the final partial chunk. Digest `i`
-therefore covers the whole prefix through chunk `i`, and the key `(i, digest_i)` names that
-prefix. The tree is implicit: "do these two prompts share chunks 0..i?" is one dict lookup of
-the key at level `i`; no token is looked at again after the hashing pass.
+A prompt is hashed once into a chain of keys (`index.chain`: key `(i, digest_i)` names the
+prefix through chunk `i`). The tree is implicit: "do these two prompts share chunks 0..i?" is
+one dict lookup of the key at level `i`; no token is looked at again after hashing.
 
 Chain property used everywhere below: if a request holds key `i`, every request holding the
 same key also holds the same keys `0..i-1`. So counts along one request's chain never grow
@@ -16,7 +14,7 @@ requests x 10^2 levels that is ~10^7 keys, so the odds of any collision are ~10^
 ~ 3e-6 per index lifetime. A collision only mis-orders admissions: the engines keep their own
 block hashes for KV reuse, so the index is advisory and can never corrupt a KV cache.
 
-Storage: the implicit tree of keys is kept path-compressed (`_Node`: a run of levels held by
+Storage: the implicit tree of keys is kept path-compressed (`ChainNode`: a run of levels held by
 exactly the same requests, its digests in one uint64 array), so memory is ~8 bytes per
 distinct key plus a few hundred bytes per request, and admitting, preempting or finishing a
 request costs one step per divergence point of its chain, not one per chunk.
@@ -25,15 +23,23 @@ request costs one step per divergence point of its chain, not one per chunk.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
-import xxhash
 
-Key = tuple[int, int]
-"""(level, digest): the prefix through chunk `level` (0-based)."""
+from feather_sched.index.chain import (  # noqa: F401 (chain names re-exported: callers import the index from here)
+    EMPTY_CHAIN,
+    ChainNode,
+    Key,
+    KeyChain,
+    as_digest_array,
+    chain_of,
+    chunk_digest_array,
+    chunk_digests,
+    deepest_true,
+)
 
 
 class CHTError(LookupError):
@@ -60,32 +66,6 @@ class RequestState(Enum):
     RUNNING = "running"
 
 
-def chunk_digests(tokens: np.ndarray | Sequence[int], chunk_size: int) -> list[int]:
-    """Chained digests of `tokens`, one per chunk (the last one may cover a partial chunk).
-
-    One streaming xxh3-64 pass over the int32 bytes: the digest after chunk `i` depends on
-    every token up to the end of chunk `i`. An empty prompt has no digests.
-    """
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    arr = np.ascontiguousarray(tokens, dtype=np.int32)
-    if arr.ndim != 1:
-        raise ValueError(f"tokens must be 1-D, got shape {arr.shape}")
-    data = memoryview(arr).cast("B")
-    step = chunk_size * 4
-    state = xxhash.xxh3_64()
-    out: list[int] = []
-    for start in range(0, len(data), step):
-        state.update(data[start : start + step])
-        out.append(state.intdigest())
-    return out
-
-
-def chunk_digest_array(tokens: np.ndarray | Sequence[int], chunk_size: int) -> np.ndarray:
-    """`chunk_digests` as a uint64 array (what the index stores)."""
-    return np.array(chunk_digests(tokens, chunk_size), dtype=np.uint64)
-
-
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A waiting request proposed for admission, with how well it fits the running batch."""
@@ -99,105 +79,6 @@ class Candidate:
     def missing_chunks(self) -> int:
         """Chunks this request would bring into the running set that are not there yet."""
         return self.total_chunks - self.matched_chunks
-
-
-_MASK64 = 0xFFFF_FFFF_FFFF_FFFF
-_EMPTY = np.empty(0, dtype=np.uint64)
-
-
-def _as_digest_array(digests: Sequence[int] | np.ndarray) -> np.ndarray:
-    """A chain as a fresh uint64 array (8 bytes a digest); ints outside 0..2^64-1 (e.g. a
-    negative Python `hash`) are taken modulo 2^64."""
-    if isinstance(digests, np.ndarray) and digests.dtype == np.uint64:
-        return np.array(digests, dtype=np.uint64)  # a copy: the caller may reuse its array
-    try:
-        return np.array(digests, dtype=np.uint64).reshape(-1)
-    except OverflowError:
-        return np.array([int(d) & _MASK64 for d in digests], dtype=np.uint64)
-
-
-class _Node:
-    """A run of chain levels [start, end) that exactly the same requests hold (a compressed
-    path of the implicit key tree). `seg` holds its digests (uint64, 8 bytes a level);
-    `waiting` its waiting holders in the order they (re-)entered the queue; `running` how
-    many running requests hold it. A request's chain ends at its *leaf*: the node whose end
-    is its last level (nodes are split so that every chain ends on a node boundary)."""
-
-    __slots__ = ("alive", "children", "end", "key", "parent", "running", "seg", "start", "waiting")
-
-    def __init__(self, parent: _Node | None, start: int, seg: np.ndarray) -> None:
-        self.parent = parent
-        self.start = start
-        self.end = start + len(seg)
-        self.seg = seg
-        self.key: Key = (self.end - 1, seg.item(-1)) if len(seg) else (-1, 0)
-        self.children: dict[int, _Node] | None = None
-        self.waiting: dict[str, None] = {}
-        self.running = 0
-        self.alive = True
-
-
-class KeyChain(Sequence[Key]):
-    """A request's keys `(level, digest)`, read-only and built on demand (a 128k-token prompt
-    at chunk 16 has 8,000 of them: no tuple is made until one is asked for). Compares equal
-    to the tuple of the same keys."""
-
-    __slots__ = ("_digests", "_leaf")
-
-    def __init__(self, digests: np.ndarray | None = None, leaf: _Node | None = None) -> None:
-        self._digests = digests
-        self._leaf = leaf
-
-    def digests(self) -> np.ndarray:
-        """The chain's digests, level 0 first (uint64)."""
-        if self._digests is None:
-            self._digests = _chain_of(self._leaf)
-        return self._digests
-
-    def __len__(self) -> int:
-        if self._digests is None:
-            return self._leaf.end if self._leaf is not None else 0
-        return len(self._digests)
-
-    def __getitem__(self, i):  # type: ignore[override]
-        d = self.digests()
-        if isinstance(i, slice):
-            return tuple((level, d.item(level)) for level in range(len(d))[i])
-        n = len(d)
-        level = i + n if i < 0 else i
-        if not 0 <= level < n:
-            raise IndexError("key index out of range")
-        return (level, d.item(level))
-
-    def __iter__(self) -> Iterator[Key]:
-        return iter(tuple(enumerate(self.digests().tolist())))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, KeyChain):
-            return np.array_equal(self.digests(), other.digests())
-        if isinstance(other, (tuple, list)):
-            return tuple(self) == tuple(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def __repr__(self) -> str:
-        return f"KeyChain({len(self)} keys)"
-
-
-def _chain_of(leaf: _Node | None) -> np.ndarray:
-    """Digests from the root down to `leaf`, level 0 first (also for a removed leaf: nodes
-    keep their parent and digests when they leave the tree)."""
-    segs = []
-    node = leaf
-    while node is not None and node.parent is not None:
-        segs.append(node.seg)
-        node = node.parent
-    if not segs:
-        return _EMPTY
-    segs.reverse()
-    return np.concatenate(segs)
 
 
 class ChunkedHashTree:
@@ -218,12 +99,12 @@ class ChunkedHashTree:
         if int(chunk_size) < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         self.chunk_size = int(chunk_size)
-        self._root = _Node(None, 0, _EMPTY)
+        self._root = ChainNode(None, 0, EMPTY_CHAIN)
         self._root.children = {}
-        self._leaf: dict[str, _Node] = {}
+        self._leaf: dict[str, ChainNode] = {}
         self._state: dict[str, RequestState] = {}
         self._running: dict[str, None] = {}
-        self._end_keys: dict[Key, _Node] = {}  # every live node by the key of its last level
+        self._end_keys: dict[Key, ChainNode] = {}  # every live node by the key of its last level
         self._running_keys = 0  # distinct keys held by running requests
         self._running_roots = 0  # distinct level-0 keys among running requests
         self._shared_roots = 0  # level-0 keys held by >= 2 requests (waiting or running)
@@ -231,7 +112,7 @@ class ChunkedHashTree:
         # least each waiting request's deepest such key (see _add_running); stale entries
         # are dropped lazily. _in_hot: key -> the node it ends (re-found if that node left).
         self._hot: list[tuple[int, int, Key]] = []
-        self._in_hot: dict[Key, _Node] = {}
+        self._in_hot: dict[Key, ChainNode] = {}
         self._hot_seq = 0
 
     # ------------------------------------------------------------------ sizes and lookups
@@ -302,7 +183,7 @@ class ChunkedHashTree:
         if digests is None:
             d = chunk_digest_array(tokens, self.chunk_size)  # type: ignore[arg-type]
         else:
-            d = _as_digest_array(digests)
+            d = as_digest_array(digests)
         path = self._insert_chain(d) if len(d) else []
         self._leaf[request_id] = path[-1] if path else self._root
         self._state[request_id] = RequestState.WAITING
@@ -409,7 +290,7 @@ class ChunkedHashTree:
             raise UnknownRequestError(f"request {request_id!r} is not in the index")
         root = self._root
         matched = 0
-        shared: _Node | None = None  # deepest node with >= 2 waiting holders
+        shared: ChainNode | None = None  # deepest node with >= 2 waiting holders
         while node is not root:
             if shared is None and len(node.waiting) >= 2:
                 shared = node
@@ -492,7 +373,7 @@ class ChunkedHashTree:
             raise UnknownRequestError(f"request {request_id!r} is not in the index")
         return request_id
 
-    def _expect(self, request_id: str, state: RequestState, op: str) -> _Node:
+    def _expect(self, request_id: str, state: RequestState, op: str) -> ChainNode:
         actual = self._state.get(request_id)
         if actual is None:
             raise UnknownRequestError(f"cannot {op} {request_id!r}: not in the index")
@@ -502,7 +383,7 @@ class ChunkedHashTree:
             )
         return self._leaf[request_id]
 
-    def _path(self, leaf: _Node) -> list[_Node]:
+    def _path(self, leaf: ChainNode) -> list[ChainNode]:
         """The nodes from level 0 down to `leaf` (empty for an empty prompt)."""
         path = []
         root = self._root
@@ -513,28 +394,28 @@ class ChunkedHashTree:
         path.reverse()
         return path
 
-    def _deepest_running(self, leaf: _Node, at_least: int) -> int:
+    def _deepest_running(self, leaf: ChainNode, at_least: int) -> int:
         node, root = leaf, self._root
         while node is not root and node.running < at_least:
             node = node.parent  # type: ignore[assignment]
         return node.end
 
     # --- the compressed tree
-    def _new_node(self, parent: _Node, start: int, seg: np.ndarray) -> _Node:
-        node = _Node(parent, start, seg)
+    def _new_node(self, parent: ChainNode, start: int, seg: np.ndarray) -> ChainNode:
+        node = ChainNode(parent, start, seg)
         if parent.children is None:
             parent.children = {}
         parent.children[seg.item(0)] = node
         self._end_keys[node.key] = node
         return node
 
-    def _split(self, node: _Node, level: int) -> _Node:
+    def _split(self, node: ChainNode, level: int) -> ChainNode:
         """Split `node` above `level` (start < level < end); returns the new upper part. The
         lower part stays the same object, so a node keeps its last key (and leaf role)."""
         cut = level - node.start
         parent = node.parent
         assert parent is not None and 0 < cut < len(node.seg)
-        upper = _Node(parent, node.start, node.seg[:cut].copy())
+        upper = ChainNode(parent, node.start, node.seg[:cut].copy())
         upper.waiting = node.waiting.copy()
         upper.running = node.running
         upper.children = {node.seg.item(cut): node}
@@ -545,13 +426,13 @@ class ChunkedHashTree:
         self._end_keys[upper.key] = upper
         return upper
 
-    def _insert_chain(self, d: np.ndarray) -> list[_Node]:
+    def _insert_chain(self, d: np.ndarray) -> list[ChainNode]:
         """Find or make the nodes of chain `d` (non-empty): walk down while it matches,
         split where it leaves a node, and hang the rest below as one new leaf."""
         n = len(d)
         node = self._root
         level = 0
-        path: list[_Node] = []
+        path: list[ChainNode] = []
         while True:
             children = node.children
             child = children.get(d.item(level)) if children else None
@@ -573,7 +454,7 @@ class ChunkedHashTree:
                 return path
             node, level = child, m
 
-    def _kill(self, path: list[_Node]) -> None:
+    def _kill(self, path: list[ChainNode]) -> None:
         """Remove the nodes no request holds any more (a suffix of the path)."""
         for node in reversed(path):
             if node.waiting or node.running:
@@ -583,7 +464,7 @@ class ChunkedHashTree:
             del self._end_keys[node.key]
             node.alive = False
 
-    def _find_inner(self, key: Key) -> _Node | None:
+    def _find_inner(self, key: Key) -> ChainNode | None:
         """The node holding `key` strictly inside it (O(nodes)); split so that it ends it."""
         level, digest = key
         for node in list(self._end_keys.values()):
@@ -591,12 +472,12 @@ class ChunkedHashTree:
                 return self._split(node, level + 1) if level + 1 < node.end else node
         return None
 
-    def _relocate(self, key: Key, gone: _Node) -> _Node | None:
+    def _relocate(self, key: Key, gone: ChainNode) -> ChainNode | None:
         """`key` ended node `gone`, which has left the tree; requests that arrived since may
         hold the same prefix again. Walk down along gone's chain; split so that it ends a
         node. O(b log chunks) plus one copy of the chain."""
         level, digest = key
-        d = _chain_of(gone)
+        d = chain_of(gone)
         node = self._root
         at = 0
         while True:
@@ -613,12 +494,12 @@ class ChunkedHashTree:
             node, at = child, child.end
 
     # --- counts and the hot heap
-    def _drop_root(self, path: list[_Node]) -> None:
+    def _drop_root(self, path: list[ChainNode]) -> None:
         """A request leaves the index: its root may stop being shared (2 -> 1 holders)."""
         if path and len(path[0].waiting) + path[0].running == 2:
             self._shared_roots -= 1
 
-    def _forget(self, request_id: str, path: list[_Node]) -> None:
+    def _forget(self, request_id: str, path: list[ChainNode]) -> None:
         del self._state[request_id]
         del self._leaf[request_id]
         self._kill(path)
@@ -626,7 +507,7 @@ class ChunkedHashTree:
             self._hot.clear()
             self._in_hot.clear()
 
-    def _hot_node(self, key: Key) -> _Node | None:
+    def _hot_node(self, key: Key) -> ChainNode | None:
         """The node `key` (a heap entry) ends, when running and waiting requests both hold
         it; else None."""
         node = self._in_hot[key]
@@ -637,7 +518,7 @@ class ChunkedHashTree:
             self._in_hot[key] = node = found
         return node if node.running and node.waiting else None
 
-    def _push_hot(self, node: _Node) -> None:
+    def _push_hot(self, node: ChainNode) -> None:
         key = node.key
         if key in self._in_hot:
             self._in_hot[key] = node  # same key: refresh the node (it may have been re-made)
@@ -657,7 +538,7 @@ class ChunkedHashTree:
             heapq.heapify(live)
             self._hot = live
 
-    def _add_waiting(self, request_id: str, path: list[_Node]) -> None:
+    def _add_waiting(self, request_id: str, path: list[ChainNode]) -> None:
         """Arrival or preemption: join each node's waiting set, then put the request's deepest
         key held by the running batch in the heap (see _add_running)."""
         for node in path:
@@ -667,7 +548,7 @@ class ChunkedHashTree:
                 self._push_hot(node)
                 break
 
-    def _add_running(self, path: list[_Node]) -> None:
+    def _add_running(self, path: list[ChainNode]) -> None:
         """A request joins the batch. The heap invariant: every waiting request's deepest key
         held by the batch is in the heap. The keys this request newly brings into the batch
         form a suffix of its chain; along it, the waiting sets shrink with depth, and a
@@ -691,11 +572,11 @@ class ChunkedHashTree:
             if below < w and node.running == 1:
                 self._push_hot(node)
 
-    def _remove_running(self, path: list[_Node]) -> None:
+    def _remove_running(self, path: list[ChainNode]) -> None:
         """A request leaves the batch. The nodes no other running request holds form a suffix
         of its path; every waiting request that matched into them now matches to the node
         just above, so that one key is pushed (see _add_running)."""
-        first_gone: _Node | None = None
+        first_gone: ChainNode | None = None
         for node in path:
             r = node.running - 1
             node.running = r
@@ -709,18 +590,3 @@ class ChunkedHashTree:
             above = first_gone.parent
             if above is not None and above.waiting:
                 self._push_hot(above)
-
-
-def deepest_true(n: int, pred: Callable[[int], bool], lo: int = 0) -> int:
-    """Largest m in [lo, n] such that pred(i) holds for every i in [lo, m) (levels below
-    `lo` count as true), given that pred is monotone (true, then false: along one prefix
-    chain, the requests holding a level only shrink with depth). O(log n) calls of pred: the
-    one binary search every prefix-depth query shares."""
-    hi = n
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if pred(mid - 1):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
