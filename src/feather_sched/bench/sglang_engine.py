@@ -43,7 +43,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from feather_sched.bench.tiny_llama import ENGINE_MODELS, TINY_LLAMA, TinyLlamaSpec
+from feather_sched.bench.sglang_client import Client
+from feather_sched.bench.tiny_llama import TINY_LLAMA, TinyLlamaSpec
 from feather_sched.policies.base import Policy, SchedulerView
 
 STANDIN_ARCH = "FeatherStandInForCausalLM"
@@ -175,22 +176,7 @@ def _child_entry(spec: ServeSpec, conn) -> None:
 # ---------------------------------------------------------------------------- child side
 def _child_main(spec: ServeSpec) -> dict[str, Any]:
     t_start = time.perf_counter()
-    env = {"SGLANG_PLUGINS": "feather"} if spec.feather_policy is not None else {}
-    if spec.feather_policy is not None:
-        env["FEATHER_POLICY"] = spec.feather_policy
-        env["FEATHER_POLICY_OPTIONS"] = json.dumps(spec.policy_options)
-        if spec.policy_state:
-            env["FEATHER_POLICY_STATE"] = spec.policy_state
-        if spec.state_every_s is not None:
-            env["FEATHER_POLICY_STATE_EVERY_S"] = str(spec.state_every_s)
-        if spec.chunk_tokens:
-            env["FEATHER_CHUNK_TOKENS"] = str(spec.chunk_tokens)
-    else:
-        os.environ.pop("SGLANG_PLUGINS", None)
-        os.environ.pop("FEATHER_POLICY", None)
-    os.environ.update(env)
-    os.environ.update(spec.env)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    _plugin_env(spec)
 
     from feather_sched.integrations.sglang_cpu import prepare_cpu_import
     from feather_sched.policies.registry import register_policy
@@ -210,9 +196,56 @@ def _child_main(spec: ServeSpec) -> dict[str, Any]:
 
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.runtime_context import SpawnRanks, publish
-    from sglang.srt.server_args import PortArgs, ServerArgs
+    from sglang.srt.server_args import PortArgs
 
-    server_args = ServerArgs(
+    server_args = _server_args(spec, model_dir)
+    port_args = PortArgs.init_new(server_args)
+    publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0))
+    t_build = time.perf_counter()
+    scheduler = Scheduler(server_args, port_args)
+    build_s = time.perf_counter() - t_build
+
+    probe = _LoopProbe(scheduler, spec)
+    queue = _feather_queue(scheduler)
+    loaded_table = _table(queue)
+    client = Client(spec, port_args, probe)
+    thread = threading.Thread(target=client.main, name="feather-client", daemon=True)
+    thread.start()
+    scheduler.run_event_loop()  # SGLang's loop, until the client's ShutdownReq
+    thread.join(60)
+    if client.error is not None:
+        raise RuntimeError(f"client failed: {client.error}")
+
+    times = (build_s, t_build - t_start, time.perf_counter() - t_start)
+    return _report(scheduler, queue, client, probe, loaded_table, times)
+
+
+def _plugin_env(spec: ServeSpec) -> None:
+    """The environment a server's scheduler process would have: Feather's plugin and its
+    settings when a Feather policy runs, none of it otherwise."""
+    env = {"SGLANG_PLUGINS": "feather"} if spec.feather_policy is not None else {}
+    if spec.feather_policy is not None:
+        env["FEATHER_POLICY"] = spec.feather_policy
+        env["FEATHER_POLICY_OPTIONS"] = json.dumps(spec.policy_options)
+        if spec.policy_state:
+            env["FEATHER_POLICY_STATE"] = spec.policy_state
+        if spec.state_every_s is not None:
+            env["FEATHER_POLICY_STATE_EVERY_S"] = str(spec.state_every_s)
+        if spec.chunk_tokens:
+            env["FEATHER_CHUNK_TOKENS"] = str(spec.chunk_tokens)
+    else:
+        os.environ.pop("SGLANG_PLUGINS", None)
+        os.environ.pop("FEATHER_POLICY", None)
+    os.environ.update(env)
+    os.environ.update(spec.env)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _server_args(spec: ServeSpec, model_dir: Path):
+    """SGLang's `ServerArgs` for the stand-in model on CPU."""
+    from sglang.srt.server_args import ServerArgs
+
+    return ServerArgs(
         model_path=str(model_dir),
         device="cpu",
         load_format="dummy",
@@ -231,27 +264,16 @@ def _child_main(spec: ServeSpec) -> dict[str, Any]:
         random_seed=spec.seed,
         log_level="error",
     )
-    port_args = PortArgs.init_new(server_args)
-    publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0))
-    t_build = time.perf_counter()
-    scheduler = Scheduler(server_args, port_args)
-    build_s = time.perf_counter() - t_build
 
-    probe = _LoopProbe(scheduler, spec)
-    queue = _feather_queue(scheduler)
-    loaded_table = _table(queue)
-    client = _Client(spec, port_args, probe)
-    thread = threading.Thread(target=client.main, name="feather-client", daemon=True)
-    thread.start()
-    scheduler.run_event_loop()  # SGLang's loop, until the client's ShutdownReq
-    thread.join(60)
-    if client.error is not None:
-        raise RuntimeError(f"client failed: {client.error}")
 
+def _report(scheduler, queue, client, probe, loaded_table, times) -> dict[str, Any]:
+    """What the child sends back: timings, every run's results, the loop's counters and
+    Feather's state when it ran."""
+    build_s, startup_s, process_s = times
     report: dict[str, Any] = {
         "build_s": round(build_s, 3),
-        "startup_s": round(t_build - t_start, 3),
-        "process_s": round(time.perf_counter() - t_start, 3),
+        "startup_s": round(startup_s, 3),
+        "process_s": round(process_s, 3),
         "runs": client.results,
         "loop": probe.summary(),
         "plugin_hooked": _hooked(scheduler),
@@ -486,178 +508,6 @@ class _LoopProbe:
         }
 
 
-class _Client:
-    """The tokenizer side of the two ZMQ sockets: sends each run's requests at their
-    arrival times (and aborts), collects every output, flushes the cache between runs and
-    shuts the scheduler down at the end."""
-
-    def __init__(self, spec: ServeSpec, port_args, probe: _LoopProbe) -> None:
-        self.spec = spec
-        self.port_args = port_args
-        self.probe = probe
-        self.results: list[dict[str, Any]] = []
-        self.error: str | None = None
-
-    def main(self) -> None:
-        import zmq
-        from sglang.srt.managers.io_struct import ShutdownReq, sock_send
-
-        ctx = zmq.Context()
-        push = ctx.socket(zmq.PUSH)
-        push.bind(self.port_args.scheduler_input_ipc_name)
-        pull = ctx.socket(zmq.PULL)
-        pull.bind(self.port_args.tokenizer_ipc_name)
-        try:
-            for i, run in enumerate(self.spec.runs):
-                if i:
-                    self._flush(push, pull)
-                self.results.append(self._serve(push, pull, run))
-        except BaseException:
-            self.error = traceback.format_exc()
-        finally:
-            sock_send(push, ShutdownReq())
-            time.sleep(0.2)
-            push.close(linger=1000)
-            pull.close(linger=0)
-            ctx.term()
-
-    def _flush(self, push, pull) -> None:
-        from sglang.srt.managers.io_struct import FlushCacheReqInput, sock_recv, sock_send
-
-        for _ in range(100):
-            sock_send(push, FlushCacheReqInput())
-            while True:
-                out = sock_recv(pull)
-                if type(out).__name__ == "FlushCacheReqOutput":
-                    break
-            if out.success:
-                return
-            time.sleep(0.05)
-        raise RuntimeError("the radix cache could not be flushed between runs")
-
-    def _serve(self, push, pull, run: Sequence[ServeRequest]) -> dict[str, Any]:
-        import zmq
-        from sglang.srt.managers.io_struct import AbortReq, sock_recv, sock_send
-
-        order = sorted(run, key=lambda r: r.arrival_s)
-        by_rid = {r.rid: r for r in order}
-        sent: dict[str, float] = {}
-        first: dict[str, float] = {}
-        finished: dict[str, float] = {}
-        tokens: dict[str, int] = {}
-        reasons: dict[str, Any] = {}
-        finish_msgs: Counter[str] = Counter()
-        abort_sent: set[str] = set()
-        before = self.probe.mark()
-        cpu0 = time.process_time()
-        t0 = time.perf_counter()
-        deadline = t0 + self.spec.run_timeout_s
-        nxt = 0
-        while len(finished) < len(order):
-            now = time.perf_counter()
-            if now > deadline:
-                missing = [r for r in by_rid if r not in finished][:5]
-                raise TimeoutError(f"run timed out; unfinished: {missing}")
-            while nxt < len(order) and order[nxt].arrival_s <= now - t0:
-                r = order[nxt]
-                sock_send(push, _tokenized(r))
-                sent[r.rid] = time.perf_counter()
-                nxt += 1
-                if r.abort_after_tokens == 0:
-                    sock_send(push, AbortReq(rid=r.rid))
-                    abort_sent.add(r.rid)
-            wait_ms = 50
-            if nxt < len(order):
-                wait_ms = max(0, min(50, int((t0 + order[nxt].arrival_s - now) * 1000)))
-            if not pull.poll(wait_ms):
-                continue
-            while True:
-                try:
-                    out = sock_recv(pull, zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                t = time.perf_counter()
-                if type(out).__name__ == "AbortReq":  # aborted while waiting: no tokens
-                    if out.rid in by_rid:
-                        finish_msgs[out.rid] += 1
-                        finished.setdefault(out.rid, t)
-                        reasons.setdefault(out.rid, out.finished_reason or {"type": "abort"})
-                    continue
-                if type(out).__name__ != "BatchTokenIDOutput":
-                    continue
-                for j, rid in enumerate(out.rids):
-                    if rid not in by_rid:
-                        continue
-                    n = int(out.completion_tokens[j])
-                    tokens[rid] = max(tokens.get(rid, 0), n)
-                    if n and rid not in first:
-                        first[rid] = t
-                    reason = out.finished_reasons[j]
-                    if reason is not None:
-                        finish_msgs[rid] += 1
-                        finished.setdefault(rid, t)
-                        reasons.setdefault(rid, reason)
-                    limit = by_rid[rid].abort_after_tokens
-                    if limit and n >= limit and rid not in abort_sent and reason is None:
-                        sock_send(push, AbortReq(rid=rid))
-                        abort_sent.add(rid)
-        # outputs of this run still in flight (a duplicate finish would show here)
-        while pull.poll(100):
-            out = sock_recv(pull)
-            if type(out).__name__ == "AbortReq" and out.rid in by_rid:
-                finish_msgs[out.rid] += 1
-            elif type(out).__name__ == "BatchTokenIDOutput":
-                for j, rid in enumerate(out.rids):
-                    if rid in by_rid and out.finished_reasons[j] is not None:
-                        finish_msgs[rid] += 1
-        after = self.probe.mark()
-        return {
-            "wall_s": time.perf_counter() - t0,
-            "cpu_s": time.process_time() - cpu0,
-            "requests": {
-                rid: {
-                    "sent": sent[rid] - t0,
-                    "first": None if rid not in first else first[rid] - t0,
-                    "finished": finished[rid] - t0,
-                    "tokens": tokens.get(rid, 0),
-                    "reason": reasons[rid],
-                    "finish_messages": finish_msgs[rid],
-                    "aborted": rid in abort_sent,
-                }
-                for rid in by_rid
-            },
-            "loop": {k: after[k] - before[k] for k in after},
-        }
-
-
-def _tokenized(r: ServeRequest):
-    from array import array
-
-    from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
-    from sglang.srt.sampling.sampling_params import SamplingParams
-
-    # not ignore_eos: SGLang then reserves every output token up front and never retracts;
-    # the stand-in never emits EOS, so each request still runs to max_new_tokens
-    params = SamplingParams(max_new_tokens=r.output_len, temperature=0.0)
-    params.normalize(None)
-    req = TokenizedGenerateReqInput(
-        rid=r.rid,
-        input_text=None,
-        input_ids=array("q", [int(t) for t in r.prompt]),
-        mm_inputs=None,
-        token_type_ids=None,
-        input_embeds=None,
-        sampling_params=params,
-        return_logprob=False,
-        logprob_start_len=-1,
-        top_logprobs_num=0,
-        token_ids_logprob=None,
-        stream=True,
-    )
-    req.wrap_pickle_fields()
-    return req
-
-
 # ---------------------------------------------------------------------------- test policies
 class RaisingPolicy(Policy):
     """Fault injection for the loop tests: two candidates, then an exception (SGLang must
@@ -669,246 +519,3 @@ class RaisingPolicy(Policy):
         waiting = list(view.waiting_ids())
         yield from waiting[-2:]
         raise RuntimeError("policy bug")
-
-
-# ---------------------------------------------------------------------------- the bench
-SGLANG_POLICIES = ("fcfs", "lpm", "dfs-weight")
-"""SGLang's own `--schedule-policy` names the bench runs with the plugin off (under
-`--engine sglang` these names mean SGLang's code, not Feather's reimplementations)."""
-BASELINE = "fcfs"
-"""SGLang's own FCFS: the baseline of `vs_fcfs`, always run."""
-STEP_COST_PROFILES = {
-    "tiny-llama": "cpu-vllm-fitted.json",
-    "kv-bound": "cpu-kv-bound-fitted.json",
-}
-"""The calibrated CPU hardware profile (benchmarks/) each built-in model's stand-in forward
-sleeps by, with the model profile of the same name (`feather calibrate --engine vllm`)."""
-BENCH_NOTE = (
-    "SGLang's real Scheduler loop (batch building, radix cache, KV pool, chunked prefill, "
-    "retraction, the plugin) on CPU; the model forward is a stand-in that sleeps the "
-    "calibrated CPU cost of each batch's real shape. It shows what each policy's batches "
-    "cost by that model plus the scheduler's own CPU time, with SGLang's memory rules in "
-    "charge; it cannot show GPU kernel effects the cost model does not price, nor SGLang's "
-    "overlap loop or CUDA graphs. Feather policies run on top of SGLang's fcfs; a Feather "
-    "policy keeps its learned state across the runs of one scheduler process."
-)
-
-
-@dataclass(frozen=True)
-class SGLangBenchSpec:
-    """`feather bench --engine sglang`: the `--engine vllm` workloads and KV scenarios
-    (`VllmBenchSpec`'s, blocks of `block_size` tokens -> SGLang's `max_total_tokens`)."""
-
-    workloads: Sequence[str] | None = None
-    policies: Sequence[str] = ("fcfs", "lpm", "feather")
-    model: str | None = None
-    scenarios: Sequence[Any] | None = None
-    block_size: int = 32
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 4096
-    repeats: int = 3
-    seed: int = 0
-    policy_state: Path | None = None
-    step_cost: tuple[str, str] | None = None
-    """(hardware, model) profile of the stand-in's cost; None: the model's calibrated one."""
-
-    def validate(self) -> None:
-        from feather_sched.bench.vllm_engine import ENGINE_SCALES, engine_scale
-        from feather_sched.policies.registry import policy_names
-
-        valid = [*SGLANG_POLICIES, *policy_names()]
-        bad = [p for p in self.policies if p not in valid]
-        if bad:
-            raise ValueError(f"unknown policies {bad} for --engine sglang; valid: {valid}")
-        if self.model is not None and self.model not in ENGINE_SCALES:
-            raise ValueError(
-                f"--engine sglang runs a stand-in of a built-in model ({', '.join(ENGINE_SCALES)})"
-                f", got {self.model!r}"
-            )
-        known = engine_scale(self.model).workloads
-        unknown = [w for w in self.workloads or () if w not in known]
-        if unknown:
-            raise ValueError(f"workloads {unknown} unknown; valid: {', '.join(known)}")
-        if self.repeats < 1:
-            raise ValueError("need repeats >= 1")
-
-    def cost_profiles(self) -> tuple[str, str]:
-        if self.step_cost is not None:
-            return self.step_cost
-        name = self.model or "tiny-llama"
-        path = Path(__file__).resolve().parents[3] / "benchmarks" / STEP_COST_PROFILES[name]
-        if not path.is_file():
-            raise FileNotFoundError(f"calibrated CPU profile {path} not found (a repo checkout)")
-        return str(path), name
-
-
-def _bench_requests(requests, label: str) -> list[ServeRequest]:
-    return [
-        ServeRequest(
-            rid=f"{label}-{i:05d}",
-            prompt=[int(t) for t in r.prompt],
-            output_len=int(r.output_len),
-            arrival_s=float(r.arrival_time),
-            group=r.group,
-        )
-        for i, r in enumerate(sorted(requests, key=lambda r: r.arrival_time))
-    ]
-
-
-def _stand_in_of(model: str | None) -> TinyLlamaSpec:
-    return ENGINE_MODELS[model or "tiny-llama"]
-
-
-def run_sglang_bench(
-    spec: SGLangBenchSpec, on_progress: Callable[[str], None] | None = None
-) -> list[dict[str, Any]]:
-    """One scheduler process per (KV scenario, policy), serving every workload `repeats`
-    times (cache flushed between runs); median rows, `vs_fcfs` against SGLang's fcfs."""
-    import statistics
-
-    from feather_sched.bench.report import add_relative
-    from feather_sched.bench.vllm_engine import engine_scale, engine_workload
-
-    spec.validate()
-    tick = on_progress or (lambda _label: None)
-    scale = engine_scale(spec.model)
-    model = _stand_in_of(spec.model)
-    cost = spec.cost_profiles()
-    workloads = {
-        w: engine_workload(w, model.vocab_size, spec.seed, scale)
-        for w in (spec.workloads or scale.default_workloads)
-    }
-    policies = [BASELINE, *[p for p in spec.policies if p != BASELINE]]
-    rows: list[dict[str, Any]] = []
-    for scenario in spec.scenarios or scale.scenarios:
-        kv_tokens = scenario.num_blocks * spec.block_size
-        for pname in policies:
-            own = pname in SGLANG_POLICIES
-            runs, keys = [], []
-            for rep in range(spec.repeats):
-                for wname, reqs in workloads.items():
-                    label = f"{scenario.name}/{wname}/{pname}/{rep}".replace("/", ".")
-                    runs.append(_bench_requests(reqs, label))
-                    keys.append(wname)
-            state = spec.policy_state if pname == "feather" else None
-            serve_spec = ServeSpec(
-                runs=runs,
-                feather_policy=None if own else pname,
-                schedule_policy=pname if own else "fcfs",
-                policy_state=None if state is None else str(state),
-                model=model,
-                max_total_tokens=kv_tokens,
-                max_running_requests=spec.max_num_seqs,
-                chunked_prefill_size=spec.max_num_batched_tokens,
-                max_prefill_tokens=spec.max_num_batched_tokens,
-                step_cost=cost,
-                run_timeout_s=600.0,
-                seed=spec.seed,
-            )
-            tick(f"{scenario.name}/{pname}: scheduler process, {len(runs)} runs")
-            report = serve(serve_spec)
-            by_workload: dict[str, list[dict[str, Any]]] = {}
-            for wname, run in zip(keys, report["runs"], strict=True):
-                by_workload.setdefault(wname, []).append(_run_row(run, workloads[wname]))
-            for wname, results in by_workload.items():
-                speeds = [r["output_tok_s"] for r in results]
-                mid = results[speeds.index(statistics.median_low(speeds))]
-                row = {
-                    "workload": f"{wname} ({scenario.name})",
-                    "policy": pname,
-                    **mid,
-                    "repeats": len(results),
-                    "output_tok_s_runs": speeds,
-                    "kv_tokens": kv_tokens,
-                    "scenario": scenario.name,
-                    "engine_workload": wname,
-                    "sglang_schedule_policy": serve_spec.schedule_policy,
-                    "feather_plugin": not own,
-                }
-                if report["feather"] is not None:
-                    stats = report["feather"]["stats"]
-                    row["policy_errors"] = stats["policy_errors"]
-                    row["feather_stops"] = stats["stops"]
-                    row.update(report["feather"]["counters"])
-                rows.append(row)
-    add_relative(rows, BASELINE, (("output_tok_s", "vs_fcfs"), ("output_tok_cpu_s", "vs_fcfs_cpu")))
-    return rows
-
-
-def _run_row(run: dict[str, Any], requests) -> dict[str, Any]:
-    """One run's result row, the fields of `--engine vllm`'s rows."""
-    import numpy as np
-
-    reqs = run["requests"]
-    bad = [
-        rid
-        for rid, r in reqs.items()
-        if r["finish_messages"] != 1 or r["reason"]["type"] != "length"
-    ]
-    if bad or len(reqs) != len(requests):
-        raise RuntimeError(f"{len(bad)} requests did not finish once with their length: {bad[:3]}")
-    arrived = {rid: r["sent"] for rid, r in reqs.items()}
-    makespan = max(r["finished"] for r in reqs.values()) - min(arrived.values())
-    tokens = sum(r["tokens"] for r in reqs.values())
-    ttft = np.array([r["first"] - r["sent"] for r in reqs.values()])
-    latency = np.array([r["finished"] - r["sent"] for r in reqs.values()])
-    loop = run["loop"]
-    steps = max(1, loop["steps"])
-    cpu_s = max(run.get("cpu_s", 0.0), 1e-9)
-    return {
-        "requests": len(reqs),
-        "output_tokens": tokens,
-        "makespan_s": round(makespan, 4),
-        "output_tok_s": round(tokens / makespan, 2),
-        "cpu_s": round(cpu_s, 3),
-        "output_tok_cpu_s": round(tokens / cpu_s, 2),
-        "mean_batch": round(loop["batch"] / steps, 2),
-        "mean_prefix_groups": round(loop["groups"] / steps, 2),
-        "ttft_p50_s": round(float(np.percentile(ttft, 50)), 4),
-        "ttft_p99_s": round(float(np.percentile(ttft, 99)), 4),
-        "latency_p50_s": round(float(np.percentile(latency, 50)), 4),
-        "sched_us_per_step": round(loop["pick_s"] / steps * 1e6, 2),
-        "steps": loop["steps"],
-        "preemptions": loop["retractions"],
-        "stand_in_s": round(loop.get("stand_in_s", 0.0), 4),
-    }
-
-
-def bench_from_cli(
-    *,
-    workloads: Sequence[str],
-    policies: Sequence[str],
-    model: str | None,
-    scenarios: Sequence[Any] | None,
-    max_num_seqs: int | None,
-    max_batched_tokens: int,
-    repeats: int,
-    seed: int,
-    policy_state: Path | None,
-    on_progress: Callable[[str], None] | None = None,
-) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
-    """`feather bench --engine sglang`'s rows, title and JSON config (cli.py prints them)."""
-    spec = SGLangBenchSpec(
-        workloads=tuple(workloads) or None,
-        policies=tuple(policies) or ("fcfs", "lpm", "feather"),
-        model=model,
-        scenarios=scenarios,
-        max_num_seqs=max_num_seqs or SGLangBenchSpec.max_num_seqs,
-        max_num_batched_tokens=max_batched_tokens,
-        repeats=repeats,
-        seed=seed,
-        policy_state=policy_state,
-    )
-    rows = run_sglang_bench(spec, on_progress)
-    hardware, cost_model = spec.cost_profiles()
-    title = (
-        f"feather bench --engine sglang: {model or 'tiny-llama'} stand-in "
-        f"(cost {Path(hardware).stem}), seed {seed}, {repeats} runs"
-    )
-    config = {
-        "engine": "sglang",
-        **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
-        "step_cost": {"hardware": hardware, "model": cost_model},
-        "note": BENCH_NOTE,
-    }
-    return rows, title, config

@@ -38,6 +38,7 @@ import statistics
 import sys
 import time
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -176,8 +177,8 @@ def _lpm_matching(s: Setup, policy, queue: list) -> None:
 
 
 def measure(s: Setup, n: int, repeats: int, passes: int) -> dict:
-    from feather_sched.integrations.sglang import queue_for
-
+    """`repeats` rounds of every measurement at `n` waiting; medians (and minima of times),
+    and Feather's ordering pass against SGLang's own priority passes."""
     reqs = s.requests(n, f"n{n}-")
     rows: dict[str, list[float]] = {}
 
@@ -185,41 +186,9 @@ def measure(s: Setup, n: int, repeats: int, passes: int) -> dict:
         rows.setdefault(key, []).append(value)
 
     for _ in range(repeats):
-        # SGLang's own calc_priority, each on a fresh tree holding the prefixes
-        for name in ("fcfs", "lpm"):
-            tree, _ = s.tree()
-            cpu = _cpu(_passes, s.policy(name, tree), list(reqs), passes)
-            add(f"{name}_calc_priority_ms", cpu / passes * 1e3)
-        tree, _ = s.tree()
-        cpu = _cpu(_calc, s.policy("dfs-weight", tree), list(reqs))
-        add("dfs-weight_calc_priority_ms", cpu * 1e3)
-        tree, _ = s.tree()
-        cpu = _cpu(_lpm_matching, s, s.policy("lpm", tree), list(reqs))
-        add("lpm_matching_calc_priority_ms", cpu * 1e3)
-
-        # Feather: the CHT filled as arrivals fill it, then one batch formation
-        tree, alloc = s.tree()
-        policy, queue = s.policy("fcfs", tree, feather=True), list(reqs)
-        fq = queue_for(policy)
-        add("feather_hash_per_request_us", _cpu(fq.sync, queue, []) / n * 1e6)
-        fq.timer = time.process_time  # CPU time, like the SGLang figures
-        fq.stats.ordering_s = 0.0
-        formed: list[int] = []
-        cpu = _cpu(lambda: formed.append(s.batch_formation(policy, tree, alloc, queue)))  # noqa: B023
-        add("feather_batch_formation_ms", cpu * 1e3)
-        add("feather_ordering_pass_ms", fq.stats.ordering_s * 1e3)
-        add("feather_admitted", formed[-1])
-        tree, _ = s.tree()
-        policy, queue = s.policy("fcfs", tree, feather=True), list(reqs)
-        queue_for(policy).sync(queue, [])
-        add("feather_calc_priority_ms", _cpu(_passes, policy, queue, passes) / passes * 1e3)
-
-        tree, alloc = s.tree()
-        policy, queue = s.policy("lpm", tree), list(reqs)
-        cpu = _cpu(lambda: formed.append(s.batch_formation(policy, tree, alloc, queue)))  # noqa: B023
-        add("lpm_batch_formation_ms", cpu * 1e3)
-        add("lpm_admitted", formed[-1])
-
+        _measure_sglang(s, reqs, passes, add)
+        _measure_feather(s, reqs, n, passes, add)
+        _measure_lpm_formation(s, reqs, add)
         # the radix tree's own per-request costs (SGLang matches and inserts every request)
         tree, _ = s.tree()
         sample = reqs[: min(n, 500)]
@@ -237,6 +206,52 @@ def measure(s: Setup, n: int, repeats: int, passes: int) -> dict:
             ratio = out[f"{name}_calc_priority_ms{stat}"] / feather
             out[f"speedup_vs_{name.replace('-', '_')}{stat}"] = ratio
     return out
+
+
+def _measure_sglang(s: Setup, reqs, passes: int, add: Callable[[str, float], None]) -> None:
+    """SGLang's own calc_priority, each on a fresh tree holding the prefixes."""
+    for name in ("fcfs", "lpm"):
+        tree, _ = s.tree()
+        cpu = _cpu(_passes, s.policy(name, tree), list(reqs), passes)
+        add(f"{name}_calc_priority_ms", cpu / passes * 1e3)
+    tree, _ = s.tree()
+    cpu = _cpu(_calc, s.policy("dfs-weight", tree), list(reqs))
+    add("dfs-weight_calc_priority_ms", cpu * 1e3)
+    tree, _ = s.tree()
+    cpu = _cpu(_lpm_matching, s, s.policy("lpm", tree), list(reqs))
+    add("lpm_matching_calc_priority_ms", cpu * 1e3)
+
+
+def _measure_lpm_formation(s: Setup, reqs, add: Callable[[str, float], None]) -> None:
+    """SGLang's batch formation with lpm as shipped."""
+    tree, alloc = s.tree()
+    policy, queue = s.policy("lpm", tree), list(reqs)
+    formed: list[int] = []
+    cpu = _cpu(lambda: formed.append(s.batch_formation(policy, tree, alloc, queue)))
+    add("lpm_batch_formation_ms", cpu * 1e3)
+    add("lpm_admitted", formed[-1])
+
+
+def _measure_feather(s: Setup, reqs, n: int, passes: int, add) -> None:
+    """Feather: the CHT filled as arrivals fill it, then one batch formation; and its
+    ordering pass alone."""
+    from feather_sched.integrations.sglang import queue_for
+
+    tree, alloc = s.tree()
+    policy, queue = s.policy("fcfs", tree, feather=True), list(reqs)
+    fq = queue_for(policy)
+    add("feather_hash_per_request_us", _cpu(fq.sync, queue, []) / n * 1e6)
+    fq.timer = time.process_time  # CPU time, like the SGLang figures
+    fq.stats.ordering_s = 0.0
+    formed: list[int] = []
+    cpu = _cpu(lambda: formed.append(s.batch_formation(policy, tree, alloc, queue)))
+    add("feather_batch_formation_ms", cpu * 1e3)
+    add("feather_ordering_pass_ms", fq.stats.ordering_s * 1e3)
+    add("feather_admitted", formed[-1])
+    tree, _ = s.tree()
+    policy, queue = s.policy("fcfs", tree, feather=True), list(reqs)
+    queue_for(policy).sync(queue, [])
+    add("feather_calc_priority_ms", _cpu(_passes, policy, queue, passes) / passes * 1e3)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,6 @@ rows report the median run (every run's throughput is kept in `output_tok_s_runs
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import json
 import math
@@ -29,7 +28,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,158 +35,25 @@ import numpy as np
 
 from feather_sched.bench.context import fit_context
 from feather_sched.bench.report import add_relative
+from feather_sched.bench.vllm_spec import (  # noqa: F401 (re-exported for the bench's callers)
+    BASELINE,
+    ENGINE_SCALES,
+    EngineScale,
+    KvScenario,
+    VllmBenchSpec,
+    engine_scale,
+    engine_workload,
+)
 from feather_sched.cost import BatchShape
 from feather_sched.policies.base import policy_counters
 from feather_sched.request import Request
 from feather_sched.sim.result import preemption_spread
-from feather_sched.workloads import make_workload
-from feather_sched.workloads.presets import PRESETS
 
-BASELINE = "vllm"
-"""Row name of vLLM's own scheduler (FCFS), the baseline of `vs_fcfs`."""
 _RELATIVE = (("output_tok_s", "vs_fcfs"), ("output_tok_cpu_s", "vs_fcfs_cpu"))
 """`vs_fcfs`: output tokens/s relative to vLLM's own (FCFS) scheduler on the same workload
 and KV scenario; `vs_fcfs_cpu` the same per CPU-second of the engine process (robust to
 other load on a shared machine, blind to idle time)."""
 
-
-@dataclass(frozen=True)
-class KvScenario:
-    name: str
-    num_blocks: int
-
-
-@dataclass(frozen=True)
-class EngineScale:
-    """Bench settings sized for one built-in engine model: its workloads (generator name and
-    settings), the default ones, the KV scenarios and the context length they need."""
-
-    workloads: dict[str, tuple[str, dict[str, Any]]]
-    default_workloads: tuple[str, ...]
-    scenarios: tuple[KvScenario, ...]
-    max_model_len: int
-
-
-def _workloads(model: str) -> dict[str, tuple[str, dict[str, Any]]]:
-    """The model's workloads from the one preset table (workloads/presets.py)."""
-    return {name: (p.base, p.overrides) for name, p in PRESETS[model].items()}
-
-
-# The simulator suite's shapes, scaled to the tiny model (max_model_len 1024, vocab 512).
-_TINY = EngineScale(
-    workloads=_workloads("tiny-llama"),
-    default_workloads=("shared-prefix", "no-sharing"),
-    # kv-pressure: 96 blocks of 32 tokens hold ~5 requests of distinct prefixes, or a
-    # group of 16 sharing one.
-    scenarios=(KvScenario("kv-pressure", 96), KvScenario("no-pressure", 4096)),
-    max_model_len=1024,
-)
-
-# The KV-bound model: decode reads dominate, so the batch's prefix mix sets the step time.
-_KV_BOUND = EngineScale(
-    workloads=_workloads("kv-bound"),
-    default_workloads=("paper-32g", "paper-4g", "no-sharing"),
-    # kv-pressure: 1,024 blocks hold ~15 requests of distinct prefixes (68 blocks each) or
-    # ~9 whole groups of 8 (100 blocks a group); no-pressure holds every workload whole.
-    scenarios=(KvScenario("kv-pressure", 1024), KvScenario("no-pressure", 8192)),
-    max_model_len=4096,
-)
-
-ENGINE_SCALES: dict[str, EngineScale] = {"tiny-llama": _TINY, "kv-bound": _KV_BOUND}
-"""Bench settings per built-in engine model (`--model NAME`); a model directory uses tiny's."""
-
-
-def engine_scale(model: str | None) -> EngineScale:
-    """The scale of a built-in model name; a model directory (or None) gets tiny-llama's."""
-    return ENGINE_SCALES.get(model or "tiny-llama", _TINY)
-
-
-@dataclass(frozen=True)
-class VllmBenchSpec:
-    workloads: Sequence[str] | None = None
-    """None: the model scale's default workloads."""
-    policies: Sequence[str] = ("grouped",)
-    model: str | None = None
-    """A built-in engine model (`ENGINE_SCALES`: tiny-llama, kv-bound), built at run time, or
-    an HF model directory; None is tiny-llama."""
-    scenarios: Sequence[KvScenario] | None = None
-    """None: the model scale's KV scenarios."""
-    block_size: int = 32
-    max_model_len: int | None = None
-    """None: the model scale's context length."""
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 4096
-    repeats: int = 3
-    seed: int = 0
-    dtype: str = "auto"
-    policy_options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    async_scheduling: bool = False
-    """Run vLLM's async scheduling (the GPU default: two batches in flight, AsyncScheduler and
-    FeatherAsyncScheduler), also on CPU where vLLM turns it off by default."""
-    policy_state: Path | None = None
-    """The `feather` bandit's table: loaded before each feather run if the file exists and
-    saved after it, so the bandit learns across runs and scenarios as a deployment would."""
-    drop_overlong: bool = False
-    """Drop requests longer than `max_model_len` (counted in the rows) instead of refusing
-    the run: vLLM would reject them."""
-    steps_out: Path | None = None
-    """A JSONL step log (`bench.steplog`) of every Feather-engine run (vLLM's own scheduler
-    runs without a policy, so its runs log nothing)."""
-
-    @property
-    def scale(self) -> EngineScale:
-        return engine_scale(self.model)
-
-    def resolved(self) -> VllmBenchSpec:
-        """This spec with every None filled from the model's scale."""
-        scale = self.scale
-        return dataclasses.replace(
-            self,
-            workloads=tuple(self.workloads or scale.default_workloads),
-            scenarios=tuple(self.scenarios or scale.scenarios),
-            max_model_len=self.max_model_len or scale.max_model_len,
-        )
-
-    def validate(self) -> None:
-        from feather_sched.policies.registry import policy_names
-
-        bad = [p for p in self.policies if p not in policy_names()]
-        if bad:
-            raise ValueError(
-                f"unknown policies {bad} for --engine vllm; valid: {', '.join(policy_names())}"
-            )
-        known = self.scale.workloads
-        unknown = [w for w in self.workloads or () if w not in known]
-        if unknown:
-            raise ValueError(
-                f"workloads {unknown} have no engine-sized settings for model "
-                f"{self.model or 'tiny-llama'!r}; valid: {', '.join(known)}"
-            )
-        custom = self.model is not None and self.model not in ENGINE_SCALES
-        if custom and not (Path(str(self.model)) / "config.json").is_file():
-            raise ValueError(
-                f"--model {self.model!r} is neither a built-in engine model "
-                f"({', '.join(ENGINE_SCALES)}) nor a model directory with a config.json"
-            )
-        if self.repeats < 1 or self.scenarios == ():
-            raise ValueError("need repeats >= 1 and at least one KV scenario")
-
-
-def engine_workload(
-    name: str, vocab_size: int, seed: int, scale: EngineScale = _TINY
-) -> list[Request]:
-    """A named workload at engine scale; ids 4.. only (0-3 are the tokenizer's specials)."""
-    base, settings = scale.workloads[name]
-    requests = make_workload(base, **settings, vocab_size=vocab_size).generate(seed)
-    for r in requests:
-        r.prompt = np.maximum(r.prompt, 4).astype(np.int32)
-    return requests
-
-
-# vLLM CPU binds one OMP thread per core and spin-waits between ops; on a small machine shared
-# with other work a preempted OMP thread stalls every op (runs measured 10x apart here). One
-# unbound thread is both faster and steadier for small models. Set them yourself to override
-# (they must be set before torch is imported).
 CPU_THREAD_DEFAULTS = {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 

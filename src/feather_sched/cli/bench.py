@@ -341,7 +341,7 @@ def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
 
 def _bench_sglang(opts: dict[str, Any], json_out: Path, plot: Path) -> None:
     """`feather bench --engine sglang`: SGLang's real scheduler loop (bench/sglang_engine.py)."""
-    from feather_sched.bench.sglang_engine import BENCH_NOTE, bench_from_cli
+    from feather_sched.bench.sglang_bench import BENCH_NOTE, bench_from_cli
 
     try:
         with console.status("sglang bench") as status:
