@@ -36,13 +36,15 @@ WORKLOADS = (
     "paper-100g",
 )
 RAY_ROUTERS = ("pow2", "prefix-affinity")
+HARDWARE = "h100-free-l2"
+"""The profile benchmarks/cluster-grid.json was recorded on (the bench's default then, `h100`,
+now kept as the free-L2 sensitivity); `--hardware` runs the grid on another."""
 
 
-def _run(job: tuple[int, int, tuple[str, ...], tuple[str, ...]]) -> list[dict]:
-    replicas, seed, routers, workloads = job
-    spec = ClusterBenchSpec(
-        base=BenchSpec(workloads=workloads, seed=seed), replicas=replicas, routers=routers
-    )
+def _run(job: tuple[int, int, tuple[str, ...], tuple[str, ...], str]) -> list[dict]:
+    replicas, seed, routers, workloads, hardware = job
+    base = BenchSpec(workloads=workloads, seed=seed, hardware=hardware)
+    spec = ClusterBenchSpec(base=base, replicas=replicas, routers=routers)
     return [{**row, "seed": seed} for row in run_cluster_bench(spec)]
 
 
@@ -59,6 +61,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--floor", type=float, default=0.97)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--hardware", default=HARDWARE)
     args = parser.parse_args()
     baseline = []
     if args.baseline:
@@ -67,7 +70,7 @@ def main() -> None:
     routers = ("feather",) if baseline else (*RAY_ROUTERS, "feather")
     workloads = tuple(args.workloads.split(","))
     jobs = [
-        (int(n), int(s), routers, workloads)
+        (int(n), int(s), routers, workloads, args.hardware)
         for s in args.seeds.split(",")
         for n in args.replicas.split(",")
     ]
@@ -77,7 +80,8 @@ def main() -> None:
     rows = [r for r in baseline if _cell(r) in cells] + fresh
     _relative(rows)
     if args.json:
-        write_record(args.json, config={"seeds": args.seeds, "replicas": args.replicas}, rows=rows)
+        config = {"seeds": args.seeds, "replicas": args.replicas, "hardware": args.hardware}
+        write_record(args.json, config=config, rows=rows)
     _report(rows, args.floor)
 
 

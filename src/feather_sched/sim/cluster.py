@@ -33,19 +33,20 @@ from feather_sched.policies.base import Policy
 from feather_sched.request import Request
 from feather_sched.routing.rules import RoutingRequest, RoutingRule, pick
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import SimulationError, Simulator, _Run
+from feather_sched.sim.engine import SimulationError, Simulator
 from feather_sched.sim.result import RequestRecord, SimResult
 
 
 class ReplicaEngine(Simulator):
     """A simulator engine that takes its requests one at a time and runs one step per call.
 
-    The step is `Simulator.run`'s loop body (release, serve running, admit, cost, emit,
-    feed back), so a replica decides exactly as a single engine does; a one-replica cluster
-    reproduces `simulate` exactly (tests/test_cluster.py checks it)."""
+    Its step is `Simulator.step`, the body of `Simulator.run`'s loop, so a replica decides
+    exactly as a single engine does; a one-replica cluster reproduces `simulate` exactly
+    (tests/test_cluster.py checks it)."""
 
     def open(self) -> None:
-        self._run: _Run = self._start([])
+        """An empty run; requests arrive through `submit`."""
+        self.begin([])
 
     def submit(self, req: Request) -> None:
         """`req` reaches this replica at `req.arrival_time` (its queue, from then on)."""
@@ -62,29 +63,6 @@ class ReplicaEngine(Simulator):
     @property
     def finished_count(self) -> int:
         return self._run.finished
-
-    def step(self) -> list[RequestRecord]:
-        """One engine step; the requests it finished."""
-        run = self._run
-        done_before = len(run.records)
-        run.step += 1
-        if run.step > self.config.max_steps:
-            raise SimulationError(f"exceeded max_steps={self.config.max_steps}")
-        self._release_arrivals(run)
-        if not self._running and not self._waiting:
-            # only future arrivals queued here: wait for the first
-            if run.cursor < len(run.pending):
-                self._now = max(self._now, run.pending[run.cursor].arrival_time)
-            return []
-        scheduled, budget, preempted = self._serve_running()
-        self._admit_waiting(run, scheduled, budget, preempted)
-        dt, prefill_tokens = self._cost_step(run, scheduled)
-        self._emit(run, scheduled)
-        self._feedback(run, dt, len(scheduled), prefill_tokens)
-        return run.records[done_before:]
-
-    def close(self) -> SimResult:
-        return self._result(self._run)
 
 
 @dataclass

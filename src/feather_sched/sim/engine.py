@@ -150,23 +150,44 @@ class Simulator(Hosted):
 
     # ------------------------------------------------------------------ run
     def run(self, requests: Sequence[Request]) -> SimResult:
-        """Serve `requests` to completion. Each step is six phases: release arrivals, serve
-        the running requests, admit waiting ones, cost the step, emit tokens, feed back."""
-        run = self._start(requests)
-        while run.finished < run.total:
-            run.step += 1
-            if run.step > self.config.max_steps:
-                raise SimulationError(f"exceeded max_steps={self.config.max_steps}")
-            self._release_arrivals(run)
-            if not self._running and not self._waiting:
-                self._idle_until_next_arrival(run)
-                continue
-            scheduled, budget, preempted = self._serve_running()
-            self._admit_waiting(run, scheduled, budget, preempted)
-            dt, prefill_tokens = self._cost_step(run, scheduled)
-            self._emit(run, scheduled)
-            self._feedback(run, dt, len(scheduled), prefill_tokens)
-        return self._result(run)
+        """Serve `requests` to completion: `begin`, `step` until `done`, `close`."""
+        self.begin(requests)
+        while not self.done:
+            self.step()
+        return self.close()
+
+    def begin(self, requests: Sequence[Request]) -> None:
+        """Start a run of `requests` (more may join later: `sim.cluster` submits them)."""
+        self._run = self._start(requests)
+
+    @property
+    def done(self) -> bool:
+        """Every request of the run has finished."""
+        return self._run.finished >= self._run.total
+
+    def step(self) -> list[RequestRecord]:
+        """One engine step, six phases: release arrivals, serve the running requests, admit
+        waiting ones, cost the step, emit tokens, feed back. Returns the requests it
+        finished (none when it only waited for the next arrival)."""
+        run = self._run
+        done_before = len(run.records)
+        run.step += 1
+        if run.step > self.config.max_steps:
+            raise SimulationError(f"exceeded max_steps={self.config.max_steps}")
+        self._release_arrivals(run)
+        if not self._running and not self._waiting:
+            self._idle_until_next_arrival(run)
+            return []
+        scheduled, budget, preempted = self._serve_running()
+        self._admit_waiting(run, scheduled, budget, preempted)
+        dt, prefill_tokens = self._cost_step(run, scheduled)
+        self._emit(run, scheduled)
+        self._feedback(run, dt, len(scheduled), prefill_tokens)
+        return run.records[done_before:]
+
+    def close(self) -> SimResult:
+        """The run's result, its books checked."""
+        return self._result(self._run)
 
     def _start(self, requests: Sequence[Request]) -> _Run:
         """Check the workload (unique ids, known dependencies) and set up the run."""
