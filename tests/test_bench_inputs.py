@@ -80,6 +80,10 @@ BAD_BENCH = [
     (["--hardware", "/nonexistent/hw.json"], 2, "hw.json"),
     (["--model", "gpt-17"], 2, "gpt-17"),
     (["--kernel", "warp"], 2, "warp"),
+    (["--kernel", "flash"], 2, "valid: paged, ideal"),
+    (["!", "-w", "nope-workload"], 2, "paper-100g"),  # the suite's names are listed too
+    (["!", "-w", "trace:{dir}"], 2, "is a directory"),
+    (["--json", "/proc/feather-nope.json"], 2, "cannot write"),  # writable for root by mode
     (["--engine", "gpu"], 2, "gpu"),
     (["--arrival", "poisson:-3"], 2, "poisson"),
     (["--arrival", "poisson:abc"], 2, "poisson:abc"),

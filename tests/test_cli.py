@@ -107,6 +107,22 @@ def test_trace_stats_missing_file() -> None:
     assert "no such file" in result.output
 
 
+def test_trace_stats_refuses_what_it_cannot_use(tmp_path: Path) -> None:
+    """An empty trace, a directory, and an output it cannot write: exit 2 with the reason,
+    the last before the trace is read."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    result = runner.invoke(app, ["trace", "stats", str(empty)])
+    assert result.exit_code == 2 and "no request" in result.output
+    result = runner.invoke(app, ["trace", "stats", str(tmp_path)], terminal_width=200)
+    assert result.exit_code == 2 and "is a directory" in result.output
+    good = tmp_path / "t.jsonl"
+    good.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n')
+    args = ["trace", "stats", str(good), "--json", "/proc/feather-nope.json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "cannot write" in result.output
+
+
 def test_train_uses_the_suites_engine_settings() -> None:
     from feather_sched.cli.train import _suite_max_num_seqs
 

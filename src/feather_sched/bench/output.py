@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -227,6 +228,11 @@ def check_output_path(path: Path, option: str) -> None:
         raise ValueError(f"{option} {path}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{option} {path}: cannot write in {parent}")
+    try:  # permissions do not say it all (root, read-only or virtual file systems): try
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as err:
+        raise ValueError(f"{option} {path}: cannot write in {parent} ({err.strerror})") from None
 
 
 def check_plot_path(path: Path) -> None:

@@ -22,7 +22,7 @@ from feather_sched.sim.result import SLO
 from feather_sched.workloads.arrivals import parse_arrival
 from feather_sched.workloads.presets import PRESETS, Preset
 from feather_sched.workloads.presets import build_workload as build_workload
-from feather_sched.workloads.registry import TRACE_PREFIX, make_workload
+from feather_sched.workloads.registry import TRACE_PREFIX, WORKLOADS, make_workload
 
 SUITE: dict[str, Preset] = PRESETS["sim"]
 """The built-in suite: its workloads by name (`workloads.presets`, scale "sim")."""
@@ -188,6 +188,9 @@ def build_bench_workload(
     generator, `trace:PATH`."""
     limit = spec.limit if apply_limit else None
     preset = SUITE.get(name)
+    if preset is None and not name.startswith(TRACE_PREFIX) and name not in WORKLOADS:
+        valid = ", ".join([*SUITE, *(w for w in WORKLOADS if w not in SUITE)])
+        raise ValueError(f"unknown workload {name!r}; valid names: {valid}, or 'trace:PATH'")
     base, overrides = (preset.base, dict(preset.overrides)) if preset else (name, {})
     is_trace = name.startswith(TRACE_PREFIX)
     arrival = f"poisson:{rate!r}" if rate is not None and not is_trace else spec.arrival

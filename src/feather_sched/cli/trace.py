@@ -29,17 +29,24 @@ def trace_stats_cmd(
     ] = None,
 ) -> None:
     """Request count, token totals and the share of prompt tokens that are a shared prefix."""
+    from feather_sched.bench.output import check_output_path
     from feather_sched.workloads.stats import render_stats, trace_stats
     from feather_sched.workloads.traces import TraceFormatError, read_trace
 
+    if path.is_dir():
+        raise typer.BadParameter(f"{path} is a directory; give a trace file", param_hint="PATH")
     if not path.is_file():
         raise typer.BadParameter(f"no such file: {path}", param_hint="PATH")
     try:
+        if json_out is not None:
+            check_output_path(json_out, "--json")
         with console.status(f"reading {path.name}"):
             requests = read_trace(path, limit=limit)
+        if not requests:
+            raise ValueError(f"{path}: the trace holds no request")
         with console.status("computing shared prefixes"):
             stats = trace_stats(requests)
-    except TraceFormatError as err:
+    except (TraceFormatError, ValueError) as err:
         fail(err)
     console.print(render_stats(stats, title=f"Trace {path.name}"))
     if json_out is not None:

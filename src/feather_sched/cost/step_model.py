@@ -291,7 +291,11 @@ class StepCostModel:
         m = model if isinstance(model, ModelProfile) else load_model(model)
         self._hw = hw
         self._model = m
-        self._kernel = KernelMode(kernel)
+        try:
+            self._kernel = KernelMode(kernel)
+        except ValueError:
+            valid = ", ".join(k.value for k in KernelMode)
+            raise ValueError(f"unknown kernel {kernel!r}; valid: {valid}") from None
         self._ideal = self._kernel is KernelMode.IDEAL
         # Everything step_time needs, pre-multiplied into plain floats.
         self._inv_flops = 1.0 / hw.effective_flops

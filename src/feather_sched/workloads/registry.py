@@ -57,6 +57,8 @@ def make_workload(name: str, **overrides: Any) -> Workload:
         path = name[len(TRACE_PREFIX) :]
         if not path:
             raise ValueError(f"workload {name!r}: expected 'trace:PATH' with a file path")
+        if Path(path).is_dir():
+            raise ValueError(f"workload {name!r}: {path} is a directory; give a trace file")
         if not Path(path).is_file():
             raise FileNotFoundError(f"workload {name!r}: trace file not found: {path}")
         _check_fields(name, [f.name for f in dataclasses.fields(TraceWorkload)][1:], overrides)
