@@ -34,7 +34,7 @@ def trace_stats_cmd(
     from feather_sched.workloads.traces import TraceFormatError, read_trace
 
     if path.is_dir():
-        raise typer.BadParameter(f"{path} is a directory; give a trace file", param_hint="PATH")
+        fail(ValueError(f"{path} is a directory; give a trace file"))
     if not path.is_file():
         raise typer.BadParameter(f"no such file: {path}", param_hint="PATH")
     try:
