@@ -139,20 +139,6 @@ def cluster_table(rows: Sequence[dict], title: str) -> Table:
     return table
 
 
-def markdown_table(rows: Sequence[dict]) -> str:
-    """The rows as a Markdown table (benchmarks/cluster.md)."""
-    routers = list(dict.fromkeys(r["router"] for r in rows))
-    head = ["workload", "N", "router", "policy", *(h for _, h, _ in _COLUMNS)]
-    head += [f"vs {o}" for o in routers]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [r["workload"], str(r["replicas"]), r["router"], r["policy"]]
-        cells += [fmt.format(r[k]) if r.get(k) is not None else "-" for k, _, fmt in _COLUMNS]
-        cells += ["-" if r.get(f"vs_{o}") is None else f"{r[f'vs_{o}']:.2f}x" for o in routers]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def cli_cluster_bench(base: BenchSpec, replicas: int, routers: str | None, json_out, console, fail):
     """`feather bench --replicas N [--routers ...]`: run, print the table, write the JSON."""
     from feather_sched.bench.machine import write_record

@@ -5,19 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich.table import Table
-
-_COLUMNS = (
-    ("output_tok_s", "out tok/s", "{:,.0f}"),
-    ("vs_fcfs", "vs fcfs", "{:.2f}x"),
-    ("mean_batch", "mean batch", "{:.1f}"),
-    ("mean_prefix_groups", "prefix groups", "{:.1f}"),
-    ("ttft_p50_s", "TTFT p50 s", "{:.2f}"),
-    ("ttft_p99_s", "TTFT p99 s", "{:.2f}"),
-    ("sched_us_per_step", "sched us/step", "{:.1f}"),
-    ("preemptions", "preempt", "{:d}"),
-)
-
 
 def add_relative(
     rows: Sequence[dict],
@@ -33,33 +20,6 @@ def add_relative(
         for r in rows:
             b = base.get(r["workload"])
             r[out] = round(r[key] / b, 3) if b else None
-
-
-def _fmt(fmt: str, value) -> str:
-    return "-" if value is None else fmt.format(value)
-
-
-def results_table(rows: Sequence[dict], title: str) -> Table:
-    """One row per (workload, policy); the best throughput per workload in bold."""
-    table = Table(title=title, show_lines=False)
-    table.add_column("workload", style="cyan")
-    table.add_column("policy")
-    for _, header, _ in _COLUMNS:
-        table.add_column(header, justify="right")
-    best = {}
-    for r in rows:
-        best[r["workload"]] = max(best.get(r["workload"], 0.0), r["output_tok_s"])
-    last = None
-    for r in rows:
-        if last is not None and r["workload"] != last:
-            table.add_section()
-        last = r["workload"]
-        cells = [_fmt(fmt, r.get(key)) for key, _, fmt in _COLUMNS]
-        if r["output_tok_s"] == best[r["workload"]]:
-            cells[0] = f"[bold green]{cells[0]}[/]"
-        extra = f" (cap {r['oracle_cap']})" if "oracle_cap" in r else ""
-        table.add_row(r["workload"], r["policy"] + extra, *cells)
-    return table
 
 
 BOUNDS = ("oracle", "max-homogeneous", "bound:unbounded-kv")

@@ -186,10 +186,6 @@ class PagedKVCache:
         return self._used / self.num_blocks
 
     @property
-    def num_seqs(self) -> int:
-        return len(self._seqs)
-
-    @property
     def prefix_cache_hit_rate(self) -> float:
         """Hit tokens / queried prompt tokens over all successful allocations."""
         q = self.total_queried_tokens
