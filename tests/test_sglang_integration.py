@@ -414,7 +414,7 @@ def test_policy_state_is_loaded_and_saved(sg, feather_on, tmp_path):
     (from the step hook) and a new scheduler starts from it."""
     from types import SimpleNamespace
 
-    from feather_sched.integrations.sglang import _around_next_batch, queue_for
+    from feather_sched.integrations.sglang import around_next_batch, queue_for
 
     path = tmp_path / "feather-state.json"
     feather_on.setenv("FEATHER_POLICY", "feather")
@@ -427,7 +427,7 @@ def test_policy_state_is_loaded_and_saved(sg, feather_on, tmp_path):
         eng.waiting_queue += [make_req(sg, f"{g}{i}-{wave}", g) for i in range(2) for g in "AB"]
         batch = eng.step()
         plan = SimpleNamespace(reqs=list(eng.running), forward_mode=None)
-        _around_next_batch(lambda scheduler, p=plan: p, eng)  # the step hook: feedback, save
+        around_next_batch(lambda scheduler, p=plan: p, eng)  # the step hook: feedback, save
         assert batch or eng.running
         del eng.running_batch.reqs[:3]  # some finish
     assert q.policy.decisions > 0, "the bandit was asked: there is state to keep"

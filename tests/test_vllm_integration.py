@@ -20,7 +20,7 @@ import pytest
 pytestmark = pytest.mark.vllm
 
 # One unbound OMP thread (before torch loads): steadier on a small shared machine; see
-# feather_sched.bench.vllm_engine.CPU_THREAD_DEFAULTS. Only where vLLM is there to use it.
+# feather_sched.integrations.vllm_local.CPU_THREAD_DEFAULTS. Only where vLLM is there to use it.
 if importlib.util.find_spec("vllm") is not None:
     for _key, _value in {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}.items():
         os.environ.setdefault(_key, _value)

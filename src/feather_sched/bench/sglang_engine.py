@@ -303,7 +303,7 @@ def _hooked(scheduler) -> bool:
     and is SGLang's Scheduler the class they were applied to?"""
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    from feather_sched.integrations.sglang import HOOK_TARGETS, _around_next_batch
+    from feather_sched.integrations.sglang import HOOK_TARGETS, around_next_batch
 
     hooks = [
         (h, getattr(src, "plugin_name", None))
@@ -314,7 +314,7 @@ def _hooked(scheduler) -> bool:
     return (
         len(hooks) == len(HOOK_TARGETS)
         and loaded_by_sglang
-        and (_around_next_batch in [h for h, _ in hooks])
+        and (around_next_batch in [h for h, _ in hooks])
     )
 
 

@@ -45,6 +45,10 @@ from feather_sched.bench.vllm_spec import (  # noqa: F401 (re-exported for the b
     engine_workload,
 )
 from feather_sched.cost import BatchShape
+from feather_sched.integrations.vllm_local import (
+    CPU_THREAD_DEFAULTS,
+    scheduler_of,
+)
 from feather_sched.policies.base import policy_counters
 from feather_sched.request import Request
 from feather_sched.sim.result import preemption_spread
@@ -53,8 +57,6 @@ _RELATIVE = (("output_tok_s", "vs_fcfs"), ("output_tok_cpu_s", "vs_fcfs_cpu"))
 """`vs_fcfs`: output tokens/s relative to vLLM's own (FCFS) scheduler on the same workload
 and KV scenario; `vs_fcfs_cpu` the same per CPU-second of the engine process (robust to
 other load on a shared machine, blind to idle time)."""
-
-CPU_THREAD_DEFAULTS = {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
 def engine_env_defaults() -> None:
@@ -160,10 +162,6 @@ def keep_async_scheduling(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         CpuPlatform.check_and_update_config = original
-
-
-def scheduler_of(llm):
-    return llm.llm_engine.engine_core.engine_core.scheduler
 
 
 def step_shape(sched, output) -> BatchShape:

@@ -51,7 +51,7 @@ def replica_env(policy: str = "feather") -> dict[str, str]:
     ...}}`): the in-process engine, quiet logs, the CPU thread defaults of the vLLM bench
     and Feather's policy. Set before the actor starts because torch reads its thread count
     at import; `VllmReplica` sets the same keys again if they are missing."""
-    from feather_sched.bench.vllm_engine import CPU_THREAD_DEFAULTS
+    from feather_sched.integrations.vllm_local import CPU_THREAD_DEFAULTS
 
     return {
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -96,7 +96,7 @@ class VllmReplica:
     @property
     def scheduler(self) -> Any:
         """The live vLLM scheduler (in-process engine)."""
-        from feather_sched.bench.vllm_engine import scheduler_of
+        from feather_sched.integrations.vllm_local import scheduler_of
 
         return scheduler_of(self.llm)
 

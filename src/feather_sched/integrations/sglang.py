@@ -101,7 +101,7 @@ def register() -> None:
     HookRegistry.register(init, _after_policy_init, HookType.AFTER)
     HookRegistry.register(calc, _around_calc_priority, HookType.AROUND)
     HookRegistry.register(adder, _around_prefill_adder_class, HookType.AROUND)
-    HookRegistry.register(step, _around_next_batch, HookType.AROUND)
+    HookRegistry.register(step, around_next_batch, HookType.AROUND)
     logger.info(
         "Feather plugin on: policy %r, CHT chunk %d tokens", config.policy, config.chunk_tokens
     )
@@ -188,7 +188,7 @@ def _around_prefill_adder_class(original: Any, scheduler: Any, *args: Any, **kwa
     return feather_adder_class(base, queue)
 
 
-def _around_next_batch(original: Any, scheduler: Any, *args: Any, **kwargs: Any) -> Any:
+def around_next_batch(original: Any, scheduler: Any, *args: Any, **kwargs: Any) -> Any:
     queue = queue_for(getattr(scheduler, "policy", None))
     if queue is not None:
         queue.end_previous_step()  # before this iteration's admissions (see the method)
