@@ -96,14 +96,15 @@ class GroupingJudge:
 
     def locality_gain(self, view: SchedulerView) -> float:
         """Step time of a full batch in the engine's mix over the same batch grouped, by the
-        cost model. Infinite without a model (nothing says grouping cannot pay: a policy without
-        a prior keeps grouped order and learns locality from its rewards) and on a sequential
-        kernel (`order_sensitive`: a CPU's attention reuses a prefix only while its readers sit
-        adjacent, as grouped order leaves them and a shuffled queue does not; measured up to
-        1.5x a step on vLLM's CPU build, benchmarks/vllm-kv-bound.md). The mix:
-        as many groups as the queue holds prefixes, up to the batch; grouped: as few as the
-        mean group size allows. Prefix: the shared
-        prefix of the queue head (or the running batch's, if longer)."""
+        cost model. The mix: as many groups as the queue holds prefixes, up to the batch;
+        grouped: as few as the mean group size allows; prefix: the queue head's shared prefix
+        (or the running batch's, if longer).
+
+        Infinite without a model (nothing says grouping cannot pay: a policy without a prior
+        keeps grouped order and learns locality from its rewards) and on a sequential kernel
+        (`order_sensitive`: a CPU's attention reuses a prefix only while its readers sit
+        adjacent, as grouped order leaves them and a shuffled queue does not; up to 1.5x a
+        step on vLLM's CPU build, benchmarks/vllm-kv-bound.md)."""
         index = view.index
         roots = index.num_shared_roots
         if self.cost is None or self.cost.order_sensitive:
