@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from feather_sched.host.engine_index import chunk_blocks
+from feather_sched.host.tracker import chunk_blocks
 from feather_sched.settings import ENV, FeatherSettings, PolicyStateSaver, SettingsError
 
 

@@ -15,7 +15,7 @@ from feather_sched.policies.base import Policy, PolicyError, SchedulerView
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.grouped import GroupedPolicy
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import SimulationError, simulate
+from feather_sched.sim.engine import SimulationError, Simulator, simulate
 from feather_sched.sim.result import TIMING_KEYS
 from feather_sched.workloads import MultiTurnWorkload, NoSharingWorkload, SharedPrefixWorkload
 
@@ -135,6 +135,26 @@ def test_a_policy_that_always_stops_cannot_stall_the_engine() -> None:
 def test_contract_breaking_policy_is_named(policy: Policy) -> None:
     with pytest.raises(PolicyError, match=policy.name):
         simulate(SMALL.generate(0)[:4], policy, COST, EngineConfig())
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_the_simulator_keeps_the_engines_tracker(caching: bool) -> None:
+    """The CHT is driven through the same tracker the engine adapters use: from the prefix
+    cache's block hashes when caching is on (nothing hashed twice), else from the tokens."""
+    reqs = SMALL.generate(seed=1)
+    sim = Simulator(GroupedPolicy(), COST, EngineConfig(enable_prefix_caching=caching))
+    sim.begin(reqs)
+    while sim.tracker.num_tracked == 0:
+        sim.step()
+    assert sim.index is sim.tracker.cht and sim.tracker.strict
+    assert sim.tracker.waiting_ids | sim.tracker.running_ids == set(sim.index.waiting_ids()) | set(
+        sim.index.running_ids()
+    )
+    while not sim.done:
+        sim.step()
+    sim.close()
+    assert sim.tracker.num_tracked == 0 and sim.index.is_empty()
+    assert sim.tracker.hashed == (0 if caching else len(reqs))
 
 
 def test_request_larger_than_the_kv_cache_is_an_error() -> None:

@@ -6,7 +6,8 @@ Every host runs the same dialogue with a policy, whatever shape its engine's loo
    (`Policy.follows_queue_order`), leave the step to the engine's own loop; else
    `begin_step`, then a lazy candidate iterator;
 2. for each candidate: check the contract (a waiting id, not proposed twice), ask ADD/STOP;
-3. never stall: a STOP (or no candidate) while nothing runs admits the queue head once;
+3. never stall: a STOP (or no candidate) while nothing runs admits the queue head once
+   (`AdmissionPass.force_head` decides and names the head; the engine admits it);
 4. close the iterator; feed the step's duration back (`Policy.end_step`).
 
 `AdmissionPass` is steps 1-3 for one step and `PolicyHost` owns the policy, the counters and
@@ -22,12 +23,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from feather_sched.policies.base import Policy, PolicyError, SchedulerView
 
 __all__ = ["AdmissionPass", "HostStats", "Hosted", "PolicyHost"]
 
 logger = logging.getLogger("feather_sched")
+T = TypeVar("T")
 
 
 @dataclass
@@ -191,14 +194,19 @@ class AdmissionPass:
             stats.stops += 1
         return add
 
-    def force_head(self, num_running: int) -> bool:
+    def force_head(self, num_running: int, head: Callable[[], T | None]) -> T | None:
         """Never stall: after a STOP (or no candidate) with nothing running, the host admits
-        its queue head, once per step (what FCFS would do). True when it should."""
+        its queue head, once per step (what FCFS would do). Every host asks here, with its
+        own way to read its head (`head`, None when its queue is empty), and admits what this
+        returns through its engine's own admission; None: admit nothing more this step."""
         if num_running or self._forced:
-            return False
+            return None
+        first = head()
+        if first is None:
+            return None
         self._forced = True
         self.host.stats.forced += 1
-        return True
+        return first
 
     def hand_over(self, err: BaseException | None = None) -> None:
         """The rest of the step follows the engine's order (the policy failed, or the engine

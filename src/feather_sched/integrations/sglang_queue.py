@@ -15,7 +15,7 @@ ahead of it is seen; Python reference, "The for statement"). No order is compute
 SGLang will not reach this pass, and ADD/STOP is asked exactly when SGLang offers a request.
 
 The CHT follows SGLang's lists by request id (set differences per pass), through the same
-`EngineIndex` the vLLM adapter uses (host/engine_index.py); only prompts seen for the first
+`RequestTracker` the vLLM adapter uses (host/tracker.py); only prompts seen for the first
 time are hashed (`chunk_digests` over `origin_input_ids`). This module imports nothing
 from SGLang: it reads `rid`, `origin_input_ids`, `sampling_params.max_new_tokens`, `extra_key`
 and `cache_salt` off the requests it is given.
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from feather_sched.host.admission import AdmissionPass, Hosted, PolicyHost
-from feather_sched.host.engine_index import EngineIndex, RequestFields, chunk_blocks
+from feather_sched.host.tracker import RequestFields, RequestTracker, chunk_blocks
 from feather_sched.policies.base import Policy
 from feather_sched.request import Request
 from feather_sched.settings import PolicyStateSaver
@@ -90,7 +90,9 @@ class SGLangQueue(Hosted):
     ) -> None:
         self.host = PolicyHost(policy, engine="SGLang")
         block_size = max(1, int(block_size))
-        self.book = EngineIndex(block_size, chunk_blocks(chunk_tokens, block_size), SGLANG_FIELDS)
+        self.book = RequestTracker(
+            block_size, chunk_blocks(chunk_tokens, block_size), SGLANG_FIELDS
+        )
         """The CHT and each request's metadata, kept as the vLLM adapter keeps them."""
         self.index = self.book.cht
         self.tree_cache = tree_cache
@@ -103,8 +105,6 @@ class SGLangQueue(Hosted):
         self.chunked_rid: str | None = None
         """The request SGLang is prefilling chunk by chunk: running, though in neither list."""
         self._chunk_pass = 0
-        self._waiting: set[str] = set()
-        self._running: set[str] = set()
         self._queue: list = []
         self._pass: _Pass | None = None
         self._last_step: tuple[float, int, int] | None = None
@@ -127,7 +127,7 @@ class SGLangQueue(Hosted):
         return self.index.num_waiting
 
     def waiting_ids(self) -> Iterator[str]:
-        waiting = self._waiting
+        waiting = self.book.waiting_ids
         return (rid for rid in map(_rid, self._queue) if rid in waiting)
 
     def request(self, request_id: str) -> Request:
@@ -164,7 +164,8 @@ class SGLangQueue(Hosted):
         requests that moved cost Python work. `running=None` (a caller without a running
         batch) leaves the running side alone.
         """
-        waiting, run, index, book = self._waiting, self._running, self.index, self.book
+        book, index = self.book, self.index
+        waiting, run = book.waiting_ids, book.running_ids
         cur_w = set(map(_rid, waiting_queue))
         running_reqs = None if running is None else list(running)
         cur_r = None if running_reqs is None else set(map(_rid, running_reqs))
@@ -180,24 +181,19 @@ class SGLangQueue(Hosted):
         now = self._clock()
         # left the waiting list: admitted (now running) or aborted
         for rid in waiting - cur_w:
-            waiting.discard(rid)
             if cur_r is None or rid in cur_r:
                 book.running(book.engine_request(rid), now)
-                run.add(rid)
             else:
                 book.forget(rid)
         # left the running batch without coming back to the list: finished or aborted
         if cur_r is not None:
             for rid in run - cur_r - cur_w:
-                run.discard(rid)
                 book.forget(rid)
         # joined the list: retracted/preempted running requests, or new arrivals
         fresh: set[str] = set()
         for rid in cur_w - waiting:
             if rid in run:
-                run.discard(rid)
                 book.waiting(book.engine_request(rid), now)  # waits again from now
-                waiting.add(rid)
             else:
                 fresh.add(rid)
         if fresh:
@@ -222,7 +218,7 @@ class SGLangQueue(Hosted):
         rid = req.rid
         if rid not in self.index:
             self._add_new(iter((req,)), {rid}, self._clock(), running=True)
-        elif rid in self._waiting:
+        elif rid in self.book.waiting_ids:
             self._admit(rid)
         self.chunked_rid = rid if still_chunked else None
         self._chunk_pass = self.passes
@@ -236,18 +232,14 @@ class SGLangQueue(Hosted):
                 continue
             if running:
                 book.running(req, now)
-                self._running.add(rid)
             else:
                 book.waiting(req, now)
-                self._waiting.add(rid)
             need -= 1
             if not need:
                 break
         self.stats.hashed = book.hashed
 
     def _admit(self, rid: str) -> None:
-        self._waiting.discard(rid)
-        self._running.add(rid)
         self.book.running(self.book.engine_request(rid), self._clock())
         self.stats.admitted += 1
 
@@ -259,7 +251,9 @@ class SGLangQueue(Hosted):
         self.passes += 1
         self.sync(waiting_queue, running)
         self._queue = waiting_queue
-        p = self._pass = _Pass(waiting_queue, self.host.begin(self, self._waiting.__contains__))
+        p = self._pass = _Pass(
+            waiting_queue, self.host.begin(self, self.book.waiting_ids.__contains__)
+        )
         if not p.step.engine_order:
             self._advance(p, 0)
         self.stats.ordering_s += self.timer() - t0
@@ -272,7 +266,7 @@ class SGLangQueue(Hosted):
             if p is None or p.step.engine_order:
                 return True
             if p.stopped:
-                return self._never_stall(p, nothing_admitted)
+                return self._never_stall(p, req, nothing_admitted)
             if req.rid != p.pending:
                 # The scheduler skipped our candidate (LoRA limit, pooling mode, storage
                 # prefetch: `continue` before add_one_req) or walks another list: let SGLang
@@ -283,11 +277,11 @@ class SGLangQueue(Hosted):
             if self._prefix_in_flight(req):
                 self.stats.deferrals += 1
                 p.stopped = True  # the rest waits one pass and finds the prefix cached
-                return self._never_stall(p, nothing_admitted)
+                return self._never_stall(p, req, nothing_admitted)
             if p.step.accept(req.rid):
                 return True
             p.stopped = True
-            return self._never_stall(p, nothing_admitted)
+            return self._never_stall(p, req, nothing_admitted)
         finally:
             self.stats.ordering_s += self.timer() - t0
 
@@ -317,7 +311,7 @@ class SGLangQueue(Hosted):
         """The adder answered: `added` to its batch; `proceed` = CONTINUE (look further)."""
         t0 = self.timer()
         rid = req.rid
-        if added and rid in self._waiting:
+        if added and rid in self.book.waiting_ids:
             self._admit(rid)
         if added and chunked:
             self.chunked_rid = rid
@@ -331,9 +325,12 @@ class SGLangQueue(Hosted):
                 p.stopped = True
         self.stats.ordering_s += self.timer() - t0
 
-    def _never_stall(self, p: _Pass, nothing_admitted: bool) -> bool:
+    def _never_stall(self, p: _Pass, req: Any, nothing_admitted: bool) -> bool:
         # As the simulator: a STOP while nothing runs would leave the engine idle forever.
-        return nothing_admitted and p.step.force_head(self.index.num_running)
+        # SGLang offers its list head after a STOP; the pass decides whether it is admitted.
+        if not nothing_admitted:
+            return False
+        return p.step.force_head(self.index.num_running, lambda: req) is not None
 
     def _advance(self, p: _Pass, slot: int) -> None:
         """Ask the policy for its next candidate and move it into list position `slot`."""
@@ -393,10 +390,11 @@ class SGLangQueue(Hosted):
         cur_r = set(map(_rid, running))
         if self.chunked_rid is not None:
             cur_r.add(self.chunked_rid)
-        if cur_w != self._waiting or cur_r != self._running:
+        waiting, running_ids = self.book.waiting_ids, self.book.running_ids
+        if cur_w != waiting or cur_r != running_ids:
             raise AssertionError(
-                f"CHT out of step: waiting {sorted(self._waiting ^ cur_w)[:5]}, "
-                f"running {sorted(self._running ^ cur_r)[:5]}"
+                f"CHT out of step: waiting {sorted(waiting ^ cur_w)[:5]}, "
+                f"running {sorted(running_ids ^ cur_r)[:5]}"
             )
         if self.index.num_waiting != len(cur_w) or self.index.num_running != len(cur_r):
             raise AssertionError("CHT counts disagree with SGLang's lists")

@@ -29,7 +29,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from feather_sched.host.admission import HostStats
-from feather_sched.host.engine_index import EngineIndex, chunk_blocks
+from feather_sched.host.tracker import RequestTracker, chunk_blocks
 from feather_sched.integrations.versions import check_engine_version
 from feather_sched.integrations.vllm_admission import AdmissionController, FeatherRequestQueue
 from feather_sched.policies.base import Policy
@@ -71,7 +71,7 @@ class FeatherScheduler(Scheduler):
         settings = FeatherSettings.from_env()
         policy = _policy(settings)
         blocks = chunk_blocks(settings.chunk_tokens, self.hash_block_size)
-        index = EngineIndex(self.hash_block_size, blocks)
+        index = RequestTracker(self.hash_block_size, blocks)
         self.feather = AdmissionController(self, policy, index)
         self.feather_state = settings.state_saver()
         if settings.enabled and getattr(self, "cache_aware_window", 0):

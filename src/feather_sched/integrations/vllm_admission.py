@@ -34,7 +34,7 @@ from vllm.v1.request import Request as VllmRequest
 from vllm.v1.request import RequestStatus
 
 from feather_sched.host.admission import AdmissionPass, Hosted, PolicyHost
-from feather_sched.host.engine_index import EngineIndex
+from feather_sched.host.tracker import RequestTracker
 from feather_sched.index.cht import ChunkedHashTree
 from feather_sched.policies.base import Policy
 from feather_sched.request import Request
@@ -48,7 +48,7 @@ class AdmissionController(Hosted):
     each candidate through the queue (`has_next`, `peek`, `pop`); the dialogue with the
     policy is the shared `AdmissionPass` (host/admission.py)."""
 
-    def __init__(self, scheduler: Scheduler, policy: Policy, index: EngineIndex) -> None:
+    def __init__(self, scheduler: Scheduler, policy: Policy, index: RequestTracker) -> None:
         self.scheduler = scheduler
         self.host = PolicyHost(policy, engine="vLLM")
         self.index = index
@@ -131,11 +131,12 @@ class AdmissionController(Hosted):
             return True
         if step.engine_order:
             return True  # the policy failed: vLLM's order for the rest of the step
-        if step.force_head(len(sched.running)):
-            # The policy stopped with nothing running: never stall the engine. Admit the
-            # queue head (what FCFS would), as the simulator does, and stop after it.
+        head = step.force_head(len(sched.running), queue.inner.peek_request)
+        if head is not None:
+            # The policy stopped with nothing running: never stall the engine. vLLM admits
+            # the queue head (what FCFS would), as every host does, and stops after it.
             self._stop_after_current = True
-            self._current = queue.inner.peek_request()
+            self._current = head
             return True
         self._stopped = True
         return False

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 
 from feather_sched.cost.step_model import BatchShape, StepCostModel
 from feather_sched.host.admission import AdmissionPass, Hosted, HostStats, PolicyHost
-from feather_sched.host.engine_index import cht_digests, chunk_blocks
-from feather_sched.index.cht import ChunkedHashTree
+from feather_sched.host.tracker import RequestFields, RequestTracker, chunk_blocks
 from feather_sched.policies.base import Policy, policy_counters
 from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
@@ -46,6 +45,20 @@ class _Seq:
     finished_at: float | None = None
     preemptions: int = 0
     computed_max: int = 0  # most KV tokens it ever held: prefill below it is recompute
+
+
+def _fields(prefix_caching: bool) -> RequestFields:
+    """How the tracker reads a simulated request (`_Seq`). As the vLLM adapter derives the
+    CHT's chain: from the prefix cache's block hashes when it has them (prefix caching on),
+    else from the tokens."""
+    return RequestFields(
+        request_id=lambda s: s.req.request_id,
+        prompt=lambda s: s.req.prompt,
+        max_tokens=lambda s: s.req.output_len,
+        block_hashes=(lambda s: s.hashes) if prefix_caching else (lambda s: None),
+        firm_output=lambda s: True,
+        request=lambda s: s.req,
+    )
 
 
 @dataclass(eq=False, slots=True)
@@ -87,9 +100,12 @@ class Simulator(Hosted):
             c.kv_blocks(cost.hardware, cost.model), c.block_size, c.enable_prefix_caching
         )
         self.num_kv_blocks = self.kv.num_free_blocks
-        # The CHT's chunk is a whole number of KV blocks, as in the vLLM adapter.
-        self._chunk_blocks = chunk_blocks(c.index_chunk_size, c.block_size)
-        self.index = ChunkedHashTree(c.block_size * self._chunk_blocks)
+        # The CHT's chunk is a whole number of KV blocks, as in the vLLM adapter; the tracker
+        # is the engines' own, strict here (every move is known exactly).
+        blocks = chunk_blocks(c.index_chunk_size, c.block_size)
+        fields = _fields(c.enable_prefix_caching)
+        self.tracker = RequestTracker(c.block_size, blocks, fields, strict=True)
+        self.index = self.tracker.cht
         self._now = 0.0
         self._waiting: dict[str, _Seq] = {}
         self._running: dict[str, _Seq] = {}
@@ -214,11 +230,7 @@ class Simulator(Hosted):
         seq.prefill_target = req.prompt_len
         self._seqs[req.request_id] = seq
         self._waiting[req.request_id] = seq
-        # As the vLLM adapter derives them: from the prefix cache's block hashes when it has
-        # them (prefix caching on), else from the tokens.
-        full = seq.hashes if self.config.enable_prefix_caching else None
-        digests = cht_digests(full, req.prompt, bs, self._chunk_blocks)
-        self.index.add(req.request_id, digests=digests)
+        self.tracker.waiting(seq, at)
 
     def _release_arrivals(self, run: _Run) -> None:
         """Requests that have arrived by now; one whose parent is unfinished waits for it."""
@@ -286,11 +298,9 @@ class Simulator(Hosted):
         policy_s, step = self._admit(budget, scheduled)
         run.policy_s += policy_s
         run.engine_admit_s += time.perf_counter() - t0 - policy_s
-        if not self._waiting or not step.force_head(len(running)):
+        head = step.force_head(len(running), lambda: next(iter(self._waiting), None))
+        if head is None:
             return
-        # The policy admitted nothing while nothing runs: admit the queue head (what FCFS
-        # would do) and count it.
-        head = next(iter(self._waiting))
         if not self._try_admit(head, cfg.max_num_batched_tokens, scheduled):
             seq = self._waiting[head]
             raise SimulationError(
@@ -471,7 +481,7 @@ class Simulator(Hosted):
         self._commit(seq, hit + n)
         del self._waiting[rid]
         self._running[rid] = seq
-        self.index.admit(rid)
+        self.tracker.running(seq, self._now)
         scheduled.append((seq, n))
         return True
 
@@ -491,7 +501,7 @@ class Simulator(Hosted):
         """Recompute preemption: drop the KV, requeue at the front (as vLLM does)."""
         seq = self._running.pop(rid)
         self.kv.free(rid)
-        self.index.preempt(rid)
+        self.tracker.waiting(seq, self._now)
         seq.num_computed = 0
         seq.prefilling = True
         seq.prefill_target = seq.req.prompt_len + seq.generated
@@ -506,7 +516,7 @@ class Simulator(Hosted):
         seq.finished_at = self._now
         del self._running[rid]
         self.kv.free(rid)
-        self.index.finish(rid)
+        self.tracker.forget(rid)
 
     def _record(self, seq: _Seq) -> RequestRecord:
         assert seq.first_token_at is not None and seq.finished_at is not None
@@ -534,7 +544,7 @@ class Simulator(Hosted):
             raise SimulationError("requests left in the queues at the end")
         self.kv.check_invariants()
         self.kv.assert_empty()
-        if not self.index.is_empty():
+        if not self.index.is_empty() or self.tracker.num_tracked:
             raise SimulationError("prefix index not empty at the end")
 
 

@@ -1,10 +1,16 @@
-"""The CHT of an engine's waiting and running requests, driven by the engine's own events.
+"""The one request tracker every host keeps: the CHT of its waiting and running requests, and
+each request's metadata, driven by the host's own events.
 
-Engine adapters see requests move through hooks that do not always say where a request came
-from (vLLM pops a waiting request before it knows whether it will run or be skipped). So every
-transition here is an idempotent "ensure" (`waiting`, `running`, `park`, `forget`): calling one
-twice, or for a request the index never saw, is safe, and the index can always be brought back
-in line by replaying the engine's queues (`resync`).
+The simulator, the vLLM adapter and the SGLang adapter all move requests through these four
+transitions (`waiting`, `running`, `park`, `forget`), so a policy sees the same index, the same
+digests and the same arrival clock whichever host runs it, and the simulator's tests exercise
+the transitions the engines use. Engine adapters see requests move through hooks that do not
+always say where a request came from (vLLM pops a waiting request before it knows whether it
+will run or be skipped), so each transition is an idempotent "ensure": calling one twice, or
+for a request the tracker never saw, is safe, and the tracker can always be brought back in
+line by replaying the engine's queues (`resync`). The simulator knows every move exactly and
+runs the tracker `strict`: a transition that is not a real move raises, so a bookkeeping bug
+fails its tests instead of being absorbed.
 
 Digests: vLLM already hashes every full prompt block (`Request.block_hashes`, chained like the
 CHT's digests: vllm/v1/core/kv_cache_utils.py `hash_block_tokens`). The first 8 bytes of each
@@ -13,9 +19,8 @@ block hash become the int digest, so adding a request costs no token work. With
 final partial chunk) makes a coarser chain with the same prefix semantics. Without block hashes
 (prefix caching off) the prompt is hashed here with `chunk_digests`.
 
-This module imports nothing from the engines: `RequestFields` says how to read an engine's
-request object (`VLLM_FIELDS`, the default; the SGLang adapter has its own), so the vLLM and
-SGLang adapters keep their CHT and request metadata in one place.
+This module imports nothing from the engines: `RequestFields` says how to read a host's
+request object (`VLLM_FIELDS`, the default; the SGLang adapter and the simulator have their own).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from feather_sched.index.cht import ChunkedHashTree, RequestState, chunk_digests
+from feather_sched.index.cht import ChunkedHashTree, chunk_digests
 from feather_sched.request import Request
 
 
@@ -95,10 +100,15 @@ class RequestFields:
     max_tokens: Callable[[Any], int | None]
     arrival_time: Callable[[Any], float | None] = _none
     """When it arrived, on the host's clock (None: when the index first sees it)."""
-    block_hashes: Callable[[Any], Sequence[Any]] = _no_hashes
-    """The engine's chained hashes of the prompt's full blocks (empty: hashed here)."""
+    block_hashes: Callable[[Any], Sequence[Any] | None] = _no_hashes
+    """The engine's chained hashes of the prompt's full blocks (fewer than its full blocks:
+    hashed here; None: the host never hashes blocks, so even a prompt shorter than a block
+    is hashed here, into one partial chunk)."""
     firm_output: Callable[[Any], bool] = lambda r: False
     """Whether `max_tokens` is the output length (it ignores end-of-sequence), not a bound."""
+    request: Callable[[Any], Request] | None = None
+    """The host's request as feather's `Request`, where it already holds one (the simulator);
+    None: built from the fields above on first use."""
 
 
 VLLM_FIELDS = RequestFields(
@@ -122,23 +132,37 @@ class _Meta:
     request: Request | None = None
 
 
-class EngineIndex:
-    """A ChunkedHashTree plus per-request metadata, with tolerant transitions.
+class TrackerError(RuntimeError):
+    """A strict tracker was asked for a transition that is not a real move (a host's bug)."""
+
+
+class RequestTracker:
+    """A ChunkedHashTree plus per-request metadata and membership, with tolerant transitions.
 
     `block_size` is the engine's prefix-cache block (the granularity of its block hashes);
-    the CHT's chunk is `block_size * chunk_blocks` tokens.
+    the CHT's chunk is `block_size * chunk_blocks` tokens. `waiting_ids` and `running_ids`
+    are the CHT's membership as sets, so a host can diff its engine's lists against them with
+    C-level set operations (SGLang) or test membership in O(1). `strict=True` raises
+    `TrackerError` on a transition that is not a real move (the simulator's setting).
     """
 
     def __init__(
-        self, block_size: int, chunk_blocks: int = 1, fields: RequestFields = VLLM_FIELDS
+        self,
+        block_size: int,
+        chunk_blocks: int = 1,
+        fields: RequestFields = VLLM_FIELDS,
+        strict: bool = False,
     ) -> None:
         if block_size < 1 or chunk_blocks < 1:
             raise ValueError("block_size and chunk_blocks must be >= 1")
         self.block_size = int(block_size)
         self.chunk_blocks = int(chunk_blocks)
         self.fields = fields
+        self.strict = strict
         self.cht = ChunkedHashTree(self.block_size * self.chunk_blocks)
         self._meta: dict[str, _Meta] = {}
+        self.waiting_ids: set[str] = set()
+        self.running_ids: set[str] = set()
         self.hashed = 0
         """Prompts hashed here (not by the engine), each once, when first seen."""
 
@@ -149,27 +173,38 @@ class EngineIndex:
         meta = self._meta_for(req, now)
         if rid not in self.cht:
             self.cht.add(rid, digests=self._chunk_digests(meta))
-        elif self.cht.state(rid) is RequestState.RUNNING:
+        elif rid in self.running_ids:
             meta.entered = now  # a preempted request waits again from now
             self.cht.preempt(rid)
+            self.running_ids.discard(rid)
+        else:
+            self._not_a_move(rid, "waiting", "it is already waiting")
+        self.waiting_ids.add(rid)
 
     def running(self, req: Any, now: float) -> None:
         """Ensure `req` is RUNNING (admitted by the engine)."""
         rid = self.fields.request_id(req)
+        if rid in self.running_ids:
+            return self._not_a_move(rid, "running", "it is already running")
         if rid not in self.cht:
+            self._not_a_move(rid, "running", "it never waited")
             self.cht.add(rid, digests=self._chunk_digests(self._meta_for(req, now)))
-        elif self.cht.state(rid) is RequestState.RUNNING:
-            return
         self.cht.admit(rid)
+        self.waiting_ids.discard(rid)
+        self.running_ids.add(rid)
 
     def park(self, request_id: str) -> None:
         """Take the request out of the CHT but keep its metadata (it left the queue for a
         while, e.g. skipped this step or moved to another engine queue)."""
         if request_id in self.cht:
             self.cht.remove(request_id)
+            self.waiting_ids.discard(request_id)
+            self.running_ids.discard(request_id)
 
     def forget(self, request_id: str) -> None:
         """The request is gone for good (finished or aborted)."""
+        if request_id not in self._meta:
+            self._not_a_move(request_id, "forget", "it is not tracked")
         self.park(request_id)
         self._meta.pop(request_id, None)
 
@@ -178,13 +213,19 @@ class EngineIndex:
         rid_of = self.fields.request_id
         run = {rid_of(r): r for r in running}
         wait = {rid_of(r): r for r in waiting}
-        for rid in [*self.cht.running_ids(), *self.cht.waiting_ids()]:
+        for rid in [*self.running_ids, *self.waiting_ids]:
             if rid not in run and rid not in wait:
                 self.park(rid)
         for r in run.values():
-            self.running(r, now)
+            if rid_of(r) not in self.running_ids:
+                self.running(r, now)
         for r in wait.values():
-            self.waiting(r, now)
+            if rid_of(r) not in self.waiting_ids:
+                self.waiting(r, now)
+
+    def _not_a_move(self, request_id: str, op: str, why: str) -> None:
+        if self.strict:
+            raise TrackerError(f"tracker: {op}({request_id!r}) is not a move: {why}")
 
     # ------------------------------------------------------------------ queries
     def __contains__(self, request_id: object) -> bool:
@@ -215,7 +256,9 @@ class EngineIndex:
     def request(self, request_id: str) -> Request:
         """The request as feather's `Request` (built once, on first use: it copies the prompt)."""
         meta = self._meta[request_id]
-        if meta.request is None:
+        if meta.request is None and self.fields.request is not None:
+            meta.request = self.fields.request(meta.engine_request)
+        elif meta.request is None:
             r, fields = meta.engine_request, self.fields
             meta.request = Request(
                 request_id=request_id,
@@ -242,7 +285,9 @@ class EngineIndex:
         tokens = self.fields.prompt(req)
         n_full = len(tokens) // self.block_size
         hashes = self.fields.block_hashes(req)
-        if len(hashes) >= n_full:
+        if hashes is not None and len(hashes) >= n_full:
+            if self.fields.request is not None:  # a feather host: already 64-bit int digests
+                return list(hashes[:n_full])
             return [hash_to_int(h) for h in hashes[:n_full]]
         return chunk_digests(tokens[: n_full * self.block_size], self.block_size)
 
@@ -250,7 +295,7 @@ class EngineIndex:
         req = meta.engine_request
         tokens = self.fields.prompt(req)
         hashes = self.fields.block_hashes(req)
-        if len(hashes) >= len(tokens) // self.block_size:
+        if hashes is not None and len(hashes) >= len(tokens) // self.block_size:
             full = self.block_digests(self.fields.request_id(req))
         else:
             full = None

@@ -1,4 +1,4 @@
-"""EngineIndex: the engine adapters' CHT bookkeeping, on fake engine requests (no engine)."""
+"""RequestTracker: the engine adapters' CHT bookkeeping, on fake engine requests (no engine)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from feather_sched.bench.tiny_llama import ENGINE_MODELS
 from feather_sched.cost import load_model
-from feather_sched.host.engine_index import EngineIndex, hash_to_int, sample_chain
+from feather_sched.host.tracker import RequestTracker, TrackerError, hash_to_int, sample_chain
 from feather_sched.index.cht import RequestState, chunk_digests
 
 BLOCK = 4
@@ -55,7 +57,7 @@ def test_hash_to_int_and_sample_chain() -> None:
 
 
 def test_engine_hashes_give_prefix_groups() -> None:
-    index = EngineIndex(BLOCK)
+    index = RequestTracker(BLOCK)
     a, b = req("a", [*PREFIX, 1, 2, 3, 4, 5]), req("b", [*PREFIX, 9, 9, 9, 9])
     c = req("c", list(range(200, 216)))
     for r in (a, b, c):
@@ -70,7 +72,7 @@ def test_engine_hashes_give_prefix_groups() -> None:
 
 
 def test_transitions_are_idempotent_and_forget_cleans_up() -> None:
-    index = EngineIndex(BLOCK)
+    index = RequestTracker(BLOCK)
     a = req("a", [*PREFIX, 1])
     index.waiting(a, 1.0)
     index.waiting(a, 1.0)
@@ -88,8 +90,49 @@ def test_transitions_are_idempotent_and_forget_cleans_up() -> None:
     assert len(index) == 0 and index.num_tracked == 0 and index.cht.is_empty()
 
 
+def test_strict_tracker_refuses_moves_that_are_not_moves() -> None:
+    """The simulator's setting: a bookkeeping bug raises instead of being absorbed."""
+    index = RequestTracker(BLOCK, strict=True)
+    a = req("a", [*PREFIX, 1])
+    with pytest.raises(TrackerError, match="never waited"):
+        index.running(a, 0.0)
+    index.waiting(a, 0.0)
+    with pytest.raises(TrackerError, match="already waiting"):
+        index.waiting(a, 0.0)
+    index.running(a, 1.0)
+    with pytest.raises(TrackerError, match="already running"):
+        index.running(a, 1.0)
+    index.forget("a")
+    with pytest.raises(TrackerError, match="not tracked"):
+        index.forget("a")
+    assert index.cht.is_empty() and not index.waiting_ids and not index.running_ids
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("wrpf"), st.integers(0, 5)), max_size=60))
+def test_membership_sets_follow_the_cht(moves: list[tuple[str, int]]) -> None:
+    """Whatever order a host's hooks fire in, the sets are the CHT's membership."""
+    index = RequestTracker(BLOCK)
+    reqs = [req(f"r{i}", [*PREFIX[: 4 * (i % 3)], i, i + 1]) for i in range(6)]
+    for op, i in moves:
+        r = reqs[i]
+        if op == "w":
+            index.waiting(r, 0.0)
+        elif op == "r":
+            index.running(r, 0.0)
+        elif op == "p":
+            index.park(r.request_id)
+        else:
+            index.forget(r.request_id)
+        assert index.waiting_ids == set(index.cht.waiting_ids())
+        assert index.running_ids == set(index.cht.running_ids())
+    for r in reqs:
+        index.forget(r.request_id)
+    assert index.cht.is_empty() and index.num_tracked == 0
+
+
 def test_without_engine_hashes_the_prompt_is_hashed_here() -> None:
-    index = EngineIndex(BLOCK, chunk_blocks=2)
+    index = RequestTracker(BLOCK, chunk_blocks=2)
     tokens = [*PREFIX, 1, 2]
     index.waiting(req("a", tokens, hashed=False), 0.0)
     digests = [d for _, d in index.cht.keys_of("a")]
@@ -98,7 +141,7 @@ def test_without_engine_hashes_the_prompt_is_hashed_here() -> None:
 
 
 def test_chunk_blocks_coarsens_the_chain() -> None:
-    index = EngineIndex(BLOCK, chunk_blocks=2)
+    index = RequestTracker(BLOCK, chunk_blocks=2)
     a, b = req("a", [*PREFIX, 1, 2, 3, 4]), req("b", [*PREFIX, 5, 6, 7, 8])  # 4 blocks each
     index.waiting(a, 0.0)
     index.waiting(b, 0.0)
@@ -109,7 +152,7 @@ def test_chunk_blocks_coarsens_the_chain() -> None:
 
 
 def test_resync_rebuilds_from_engine_queues() -> None:
-    index = EngineIndex(BLOCK)
+    index = RequestTracker(BLOCK)
     a, b, c = (req(x, [*PREFIX, i]) for i, x in enumerate("abc"))
     index.waiting(a, 0.0)
     index.running(b, 0.0)
@@ -121,9 +164,9 @@ def test_resync_rebuilds_from_engine_queues() -> None:
 
 def test_bad_sizes_rejected() -> None:
     with pytest.raises(ValueError):
-        EngineIndex(0)
+        RequestTracker(0)
     with pytest.raises(ValueError):
-        EngineIndex(16, chunk_blocks=0)
+        RequestTracker(16, chunk_blocks=0)
 
 
 @pytest.mark.parametrize("name", list(ENGINE_MODELS))
