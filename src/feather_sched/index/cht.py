@@ -75,11 +75,6 @@ class Candidate:
     """Leading chunks of its prompt already held by some running request."""
     total_chunks: int
 
-    @property
-    def missing_chunks(self) -> int:
-        """Chunks this request would bring into the running set that are not there yet."""
-        return self.total_chunks - self.matched_chunks
-
 
 class ChunkedHashTree:
     """Prefix index over waiting and running requests, keyed by chained chunk digests.
@@ -142,11 +137,6 @@ class ChunkedHashTree:
         order degenerates to queue order: hosts use it to skip a policy for a step."""
         return self._shared_roots
 
-    @property
-    def num_nodes(self) -> int:
-        """Nodes of the compressed tree (runs of levels with the same holders)."""
-        return len(self._end_keys)
-
     def state(self, request_id: str) -> RequestState:
         return self._state[self._known(request_id)]
 
@@ -154,10 +144,6 @@ class ChunkedHashTree:
         """Its keys `(level, digest)`, level 0 first; `len()` is O(1), items are built on
         first access (O(chunks) then)."""
         return KeyChain(leaf=self._leaf[self._known(request_id)])
-
-    def num_chunks(self, request_id: str) -> int:
-        """Chunks (keys) of its prompt, O(1)."""
-        return self._leaf[self._known(request_id)].end
 
     def is_empty(self) -> bool:
         """True when no request and no per-key state remains (memory back to empty)."""
