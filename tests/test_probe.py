@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from feather_sched.cost import BatchShape, StepCostModel, load_hardware
-from feather_sched.probe.layout import GRIDS, Composition, build_layout
+from feather_sched.cost.composition import Composition
+from feather_sched.probe.layout import GRIDS, build_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 

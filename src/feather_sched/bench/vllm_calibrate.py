@@ -55,34 +55,9 @@ from feather_sched.cost import (
     load_hardware,
 )
 from feather_sched.cost import load_model as load_model_profile
+from feather_sched.cost.composition import Composition
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.engine import simulate
-
-
-@dataclass(frozen=True)
-class Composition:
-    batch: int
-    prefixes: int
-    prefix_len: int
-    suffix_len: int
-    decode_steps: int = 16
-    late: int = 0
-    """Requests held back and added one per step once the others decode: mixed steps
-    (decodes plus one prefill), the shape of most steps of a busy server."""
-    grouped: bool = False
-    """Requests of one prefix adjacent in the batch (as prefix-grouped admission leaves
-    them) instead of interleaved round-robin (as a shuffled queue leaves them): a kernel
-    that walks the batch in order re-reads a prefix while it is still in cache."""
-
-    @property
-    def label(self) -> str:
-        late = f"-L{self.late}" if self.late else ""
-        order = "-grouped" if self.grouped and self.prefixes > 1 else ""
-        return f"B{self.batch}-G{self.prefixes}-P{self.prefix_len}-S{self.suffix_len}{late}{order}"
-
-    def prefix_of(self, i: int) -> int:
-        """Which prefix request i carries."""
-        return i * self.prefixes // self.batch if self.grouped else i % self.prefixes
 
 
 @dataclass(frozen=True)

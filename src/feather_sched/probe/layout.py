@@ -16,36 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from feather_sched.cost import BatchShape
-
-
-@dataclass(frozen=True)
-class Composition:
-    batch: int
-    prefixes: int
-    prefix_len: int
-    suffix_len: int
-
-    def __post_init__(self) -> None:
-        if not (1 <= self.prefixes <= self.batch):
-            raise ValueError(f"need 1 <= prefixes <= batch, got {self.prefixes}, {self.batch}")
-        if self.prefix_len < 0 or self.suffix_len < 1:
-            raise ValueError("need prefix_len >= 0 and suffix_len >= 1")
-
-    @property
-    def label(self) -> str:
-        return f"B{self.batch}-G{self.prefixes}-P{self.prefix_len}-S{self.suffix_len}"
-
-    @property
-    def context_len(self) -> int:
-        return self.prefix_len + self.suffix_len
-
-    def prefix_of(self, i: int) -> int:
-        return i % self.prefixes
-
-    def num_blocks(self, block_size: int) -> int:
-        """Physical blocks the layout uses (shared prefix blocks counted once)."""
-        own = -(-self.suffix_len // block_size)
-        return self.prefixes * (self.prefix_len // block_size) + self.batch * own
+from feather_sched.cost.composition import Composition
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ import numpy as np
 from feather_sched.bench.calibrate_fit import fit_profile, mape, predict, stamp_fitted
 from feather_sched.bench.machine import machine_info, write_json
 from feather_sched.cost import HardwareProfile, ModelProfile, load_hardware, load_model
-from feather_sched.probe.layout import GRIDS, Composition, build_layout
+from feather_sched.cost.composition import Composition
+from feather_sched.probe.layout import GRIDS, build_layout
 
 DEFAULT_MODEL = {"cuda": "llama-3-8b", "cpu": "kv-bound"}
 """Model whose shapes the probe builds: Llama-3-8B on a GPU; on a CPU the kv-bound model (the

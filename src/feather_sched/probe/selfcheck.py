@@ -29,9 +29,10 @@ def run(device: str) -> dict:
     import torch
 
     from feather_sched.cost import load_model
+    from feather_sched.cost.composition import Composition
     from feather_sched.probe.attention import reference_paged_decode
     from feather_sched.probe.decoder import RandomDecoder
-    from feather_sched.probe.layout import Composition, build_layout
+    from feather_sched.probe.layout import build_layout
     from feather_sched.probe.triton_decode import triton_paged_decode
 
     dtypes = [torch.float32] + ([torch.bfloat16] if device == "cuda" else [])
