@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from feather_sched.probe.run import ProbeSpec, run_probe, summary_lines
@@ -24,10 +25,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kernel",
         action="append",
+        dest="kernels",
         default=None,
         help="attention kernel(s) to time, first one fitted (torch-ref, triton-paged, flashinfer)",
     )
-    p.add_argument("--no-cuda-graph", action="store_true")
+    p.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false")
     p.add_argument("--budget-s", type=float, default=None)
     p.add_argument("--out", type=Path, default=Path("feather-probe-profile.json"))
     p.add_argument("--json", dest="json_out", type=Path, default=Path("feather-probe.json"))
@@ -37,20 +39,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
-    spec = ProbeSpec(
-        device=a.device,
-        model=a.model,
-        quick=a.quick,
-        base_hardware=a.base_hardware,
-        dtype=a.dtype,
-        reps=a.reps,
-        warmup=a.warmup,
-        threads=a.threads,
-        cuda_graph=not a.no_cuda_graph,
-        budget_s=a.budget_s,
-        grid=a.grid,
-        kernels=a.kernel,
-    )
+    # every option but the output paths is a ProbeSpec field of the same name
+    names = {f.name for f in fields(ProbeSpec)}
+    spec = ProbeSpec(**{k: v for k, v in vars(a).items() if k in names})
     report = run_probe(spec, a.out, a.json_out, a.plot, log=lambda s: print(s, flush=True))
     for line in summary_lines(report):
         print(line)
