@@ -201,8 +201,11 @@ class HardwareProfile(_ProfileIO):
 
     name: str
     mem_bandwidth_Bps: float
+    """Peak memory bandwidth, bytes per second (the datasheet's figure)."""
     peak_flops: float
+    """Peak dense FLOP/s at the model's dtype (the datasheet's figure)."""
     cache_bytes: float
+    """The last-level cache the KV reads of a step can hit (GPU L2, CPU L3), bytes."""
     bandwidth_efficiency: float
     compute_efficiency: float
     cache_efficiency: float

@@ -65,10 +65,14 @@ class ReplicaForecast:
 
     requests: int = 0
     uncached: int = 0
+    """Prompt tokens still to prefill (what the replica's prefix cache will not serve)."""
     prompt: int = 0
     output: float = 0.0
+    """Output tokens still to decode (expected, so a float)."""
     shared_unique: int = 0
+    """Distinct shared-prefix tokens its groups hold (each prefix counted once)."""
     shared_logical: int = 0
+    """The same prefixes counted once per reader: the KV a decode step reads for them."""
     groups: dict = field(default_factory=dict)
 
     def add(self, b: Booking, sign: int = 1) -> None:

@@ -45,8 +45,10 @@ class MultiTurnWorkload(GeneratorConfig):
     turns: int = 6
     first_turn_len: int = 512
     turn_len: int = 128
+    """New user tokens per turn after the first (the rest of its prompt is the history)."""
     output_len: int = 128
     think_time_s: float = 1.0
+    """Seconds between a conversation's turn arrivals (open loop; see the class doc)."""
     vocab_size: int = 32000
     arrival: ArrivalProcess = field(default_factory=AllAtOnce)
 

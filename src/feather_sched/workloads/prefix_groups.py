@@ -232,6 +232,7 @@ class DocumentQAWorkload(PrefixGroupWorkload):
 
     num_documents: int = 8
     document_len: int = 8000
+    """Tokens of each document: the shared prefix of its questions."""
     questions_per_document: int = 16
     question_len: int = 64
     output_len: int = 128
