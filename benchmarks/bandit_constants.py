@@ -32,7 +32,7 @@ VARIANTS: dict[str, tuple[float, float]] = {
 
 def throughput(spec: BenchSpec, workload: str, cost: StepCostModel, **options) -> float:
     requests = build_workload(workload).generate(spec.seed)
-    policy = FeatherPolicy(**spec.feather_options(), **options)
+    policy = FeatherPolicy(cost=spec.feather_cost(), **options)
     return simulate(requests, policy, cost, spec.engine_for(workload)).output_tok_s
 
 

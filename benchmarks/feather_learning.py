@@ -37,7 +37,7 @@ def main() -> None:
     cost = StepCostModel("h100", "llama-3-8b")
     suite = SUITE.get(args.workload)
     config = dataclasses.replace(EngineConfig(), **(suite.engine if suite else {}))
-    policy = FeatherPolicy(**BenchSpec().feather_options())
+    policy = FeatherPolicy(cost=BenchSpec().feather_cost())
     per_run = []
     boundaries = []
     for seed in range(args.runs):
@@ -49,7 +49,7 @@ def main() -> None:
         print(per_run[-1], flush=True)
     cold = simulate(
         build_workload(args.workload).generate(args.runs - 1),
-        FeatherPolicy(**BenchSpec().feather_options()),
+        FeatherPolicy(cost=BenchSpec().feather_cost()),
         cost,
         config,
     ).output_tok_s

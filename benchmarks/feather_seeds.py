@@ -40,7 +40,7 @@ def main() -> None:
         for name in WORKLOADS:
             requests = build_workload(name).generate(seed)
             engine = spec.engine_for(name)
-            policy = make_policy("feather", **spec.feather_options())
+            policy = make_policy("feather", cost=spec.feather_cost())
             feather = simulate(requests, policy, cost, engine).output_tok_s
             speeds = {
                 p: simulate(requests, make_policy(p), cost, engine).output_tok_s

@@ -25,10 +25,10 @@ from feather_sched.sim.engine import simulate
 KV_BOUND_PROFILE = str(Path(__file__).with_name("cpu-kv-bound-fitted.json"))
 
 
-def _row(case: str, workload: str, requests, cost, engine, options: dict) -> dict:
+def _row(case: str, workload: str, requests, cost, engine, prior) -> dict:
     row: dict = {"case": case, "workload": workload}
     for gate in (False, True):
-        s = simulate(requests, FeatherPolicy(kv_gate=gate, **options), cost, engine).summary()
+        s = simulate(requests, FeatherPolicy(kv_gate=gate, cost=prior), cost, engine).summary()
         key = "on" if gate else "off"
         row[f"tok_s_{key}"] = s["output_tok_s"]
         row[f"preemptions_{key}"] = s["preemptions"]
@@ -45,19 +45,18 @@ def suite_rows(hardware: str, workloads: list[str]) -> list[dict]:
     rows = []
     for w in workloads:
         requests, _ = fit_context(build_workload(w).generate(spec.seed), limit, True, w)
-        rows.append(_row(hardware, w, requests, cost, spec.engine_for(w), spec.feather_options()))
+        rows.append(_row(hardware, w, requests, cost, spec.engine_for(w), spec.feather_cost()))
     return rows
 
 
 def kv_bound_rows() -> list[dict]:
     cost = StepCostModel(KV_BOUND_PROFILE, "kv-bound", "paged")
-    options = {"hardware": KV_BOUND_PROFILE, "model": "kv-bound"}
     rows = []
     for w in ("paper-4g", "paper-32g"):
         requests = build_workload(w, "kv-bound").generate(0)
         for blocks in (1024, 2048):
             engine = EngineConfig(block_size=32, num_kv_blocks=blocks, max_num_batched_tokens=8192)
-            rows.append(_row(f"kv-bound, {blocks} blocks", w, requests, cost, engine, options))
+            rows.append(_row(f"kv-bound, {blocks} blocks", w, requests, cost, engine, cost))
     return rows
 
 

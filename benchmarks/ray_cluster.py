@@ -119,7 +119,10 @@ def main() -> None:
     rows = []
     for router in args.routers.split(","):
         policy = REPLICA_POLICY[router]
-        popts = spec.feather_options() if policy == "feather" else {}
+        # names, not a cost model: a deployment's options reach its replicas as text
+        # (`make_policy` there turns them into feather's prior, the bench's own profiles)
+        names = {"hardware": spec.hardware, "model": spec.model, "kernel": spec.kernel}
+        popts = names if policy == "feather" else {}
         opts = {
             "name": router,
             "num_replicas": args.replicas,

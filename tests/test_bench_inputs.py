@@ -116,6 +116,8 @@ BAD_BENCH = [
     (["--engine", "vllm", "--limit", "3"], 2, "simulator only"),
     (["--policies", "feather", "--feather-hardware", "bogus"], 2, "bogus"),
     (["--policies", "feather", "--feather-hardware", "/nope/hw.json"], 2, "hw.json"),
+    (["--replicas", "2", "--feather-hardware", "bogus"], 2, "--feather-hardware bogus"),
+    (["--engine", "vllm", "--feather-hardware", "bogus"], 2, "--feather-hardware bogus"),
     (["--hardware", "cpu"], 2, "no room for KV"),
     (["--rates", "0,5"], 2, "--rates"),
     (["--rates", "x"], 2, "--rates"),

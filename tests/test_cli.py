@@ -229,8 +229,8 @@ def test_train_reports_the_learning_curve(tmp_path: Path, monkeypatch) -> None:
 
     runs = []
 
-    def fake_train(out, config, mix) -> rl_train.TrainReport:
-        runs.append((config, list(mix)))
+    def fake_train(out, config, mix, cost=None) -> rl_train.TrainReport:
+        runs.append((config, list(mix), cost))
         return rl_train.TrainReport(Path(out), 640, 12, 3.0, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
 
     monkeypatch.setattr(rl_train, "require_rl", lambda: None)
@@ -240,8 +240,10 @@ def test_train_reports_the_learning_curve(tmp_path: Path, monkeypatch) -> None:
     assert result.exit_code == 0, result.output
     assert "trained 640 decisions over 12 episodes in 3 s" in result.output
     assert "first 1 1, last 1 6" in result.output
-    ((config, mix),) = runs
+    ((config, mix, cost),) = runs
     assert config.steps == 64 and mix[0].max_num_seqs == 500  # the suite's, for paper-*
+    # the CLI resolved (and so checked) the cost model once; train gets the object
+    assert (cost.hardware.name, cost.model.name) == (config.hardware, config.model)
     assert mix[1:] == list(rl_train.DEFAULT_MIX)
     bad = runner.invoke(app, ["train", "-w", "no-such-workload"], terminal_width=200)
     assert bad.exit_code == 2 and "no-such-workload" in bad.output and not runs[1:]

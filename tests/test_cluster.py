@@ -151,7 +151,7 @@ def test_prefix_affinity_rule_follows_matches_and_smallest_tenants():
 
 
 def test_feather_rule_opens_groups_on_the_emptiest_replica_and_forgets_dead_ones():
-    rule = FeatherRule(balance=1.2, chunk_tokens=4, slack=0)
+    rule = FeatherRule(StepCostModel("h100", "llama-3.1-8b"), balance=1.2, chunk_tokens=4, slack=0)
     for r in ("a", "b"):
         rule.add_replica(r, 0)
     p = RoutingRequest("p", tokens=np.arange(32))

@@ -273,7 +273,7 @@ def test_model_prior_decides_the_first_admissions_of_a_burst() -> None:
         num_prefixes=2, prefix_len=8000, requests_per_prefix=100, output_len=30
     ).generate(0)
     cfg = EngineConfig(max_num_seqs=256)
-    informed = FeatherPolicy(hardware="h100-free-l2", model="llama-3-8b")
+    informed = FeatherPolicy(cost=COST)
     result = simulate(reqs, informed, COST, cfg)
     assert informed.stops >= 1 and result.steps["groups"].max() == 1
     summary = result.summary()  # the row reports the policy's own counters
@@ -292,9 +292,9 @@ def test_model_prior_adds_where_batching_pays() -> None:
         num_prefixes=4, prefix_len=512, requests_per_prefix=16, output_len=16, vocab_size=512
     ).generate(0)
     cost = StepCostModel("cpu", "tiny-llama")
-    policy = FeatherPolicy(hardware="cpu", model="tiny-llama", initial_budget=0.0)
+    policy = FeatherPolicy(cost=cost, initial_budget=0.0)
     cfg = EngineConfig(max_num_seqs=64, block_size=32, index_chunk_size=32)
     simulate(reqs, policy, cost, cfg)
     assert policy.decisions > 0 and policy.stops == 0
     with pytest.raises(ValueError, match="both or neither"):
-        FeatherPolicy(hardware="h100-free-l2")
+        make_policy("feather", hardware="h100-free-l2")

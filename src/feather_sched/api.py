@@ -52,7 +52,7 @@ def simulate(
     the suite's setting for a named workload (500 for paper-*), else 256; `engine` takes any
     other `EngineConfig` field (`num_kv_blocks`, `max_num_batched_tokens`, ...).
     """
-    from feather_sched.cost.step_model import StepCostModel
+    from feather_sched.cost.resolve import resolve_cost
     from feather_sched.policies.registry import make_policy
     from feather_sched.sim.config import EngineConfig
     from feather_sched.sim.engine import simulate as run
@@ -62,10 +62,9 @@ def simulate(
         requests = workload_requests(workload, seed)
     else:
         requests = list(workload)
-    cost = StepCostModel(hardware, model, kernel)
+    cost = resolve_cost(hardware, model, kernel)
     if isinstance(policy, str):
-        options = {"hardware": hardware, "model": model, "kernel": kernel}
-        policy = make_policy(policy, **options) if policy == "feather" else make_policy(policy)
+        policy = make_policy(policy, cost=cost) if policy == "feather" else make_policy(policy)
     preset = PRESETS["sim"].get(workload) if isinstance(workload, str) else None
     seqs = max_num_seqs or (preset.max_num_seqs if preset else EngineConfig.max_num_seqs)
     config = dataclasses.replace(EngineConfig(), max_num_seqs=seqs, **engine)

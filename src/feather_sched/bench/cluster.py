@@ -17,6 +17,7 @@ from rich.table import Table
 
 from feather_sched.bench.context import fit_context
 from feather_sched.bench.suite import BenchSpec
+from feather_sched.cost.resolve import resolve_cost
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.registry import make_policy
 from feather_sched.routing.rules import REPLICA_POLICY, RULES, make_rule
@@ -50,9 +51,9 @@ class ClusterBenchSpec:
         return len(self.base.workloads) * len(self.routers)
 
 
-def _replica_policy(name: str, spec: BenchSpec) -> Callable:
+def _replica_policy(name: str, prior: StepCostModel | None) -> Callable:
     if name == "feather":
-        return lambda: make_policy(name, **spec.feather_options())
+        return lambda: make_policy(name, cost=prior)
     return lambda: make_policy(name)
 
 
@@ -62,7 +63,9 @@ def run_cluster_bench(
     """Simulate every (workload, router) pair on `spec.replicas` engines; a row each."""
     spec.validate()
     base = spec.base
-    cost = StepCostModel(base.hardware, base.model, base.kernel)
+    cost = resolve_cost(base.hardware, base.model, base.kernel)
+    # feather's prior (its router's and its replicas' policy's), checked before any run
+    prior = base.feather_cost() if "feather" in spec.routers else None
     tick = on_progress or (lambda _label: None)
     limit = cost.model.max_context_tokens
     workloads = {}
@@ -77,13 +80,12 @@ def run_cluster_bench(
         for router in spec.routers:
             options = dict(spec.router_options.get(router, {}))
             if router == "feather":  # the router prices drains with the policy's own prior
-                prior = base.feather_options()
-                options.setdefault("cost", StepCostModel(**prior) if prior else cost)
+                options.setdefault("cost", prior if prior is not None else cost)
                 options.setdefault("max_num_seqs", engine.max_num_seqs)
             rule = make_rule(router, seed=base.seed, **options)
             policy = REPLICA_POLICY[router]
             result = simulate_cluster(
-                requests, rule, _replica_policy(policy, base), cost, engine, spec.replicas
+                requests, rule, _replica_policy(policy, prior), cost, engine, spec.replicas
             )
             rows.append(
                 {

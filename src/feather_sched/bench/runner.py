@@ -27,8 +27,14 @@ from feather_sched.bench.output import (
     terminal_width,
     workload_block,
 )
-from feather_sched.bench.suite import BenchSpec, PreparedWorkload, prepare_workloads, run_bench
-from feather_sched.cost import StepCostModel, load_hardware
+from feather_sched.bench.suite import (
+    BenchCosts,
+    BenchSpec,
+    PreparedWorkload,
+    prepare_workloads,
+    run_bench,
+)
+from feather_sched.cost import load_hardware
 
 
 def package_version() -> str:
@@ -117,6 +123,7 @@ class SimBench:
     json_out: Path
     plot: Path
     prepared: dict[str, PreparedWorkload]
+    costs: BenchCosts
 
     @classmethod
     def prepare(cls, spec: BenchSpec, json_out: Path, plot: Path) -> SimBench:
@@ -131,17 +138,10 @@ class SimBench:
             if spec.policy_state.is_file() and "feather" in spec.policies:
                 from feather_sched.policies.feather import FeatherPolicy
 
-                FeatherPolicy(policy_state=spec.policy_state)  # a bad file fails here
+                FeatherPolicy.read_state(spec.policy_state)  # a bad file fails here
         if len({json_out.resolve(), plot.resolve()}) < 2:
             raise ValueError(f"--json and --plot are the same file: {json_out}")
-        cost = StepCostModel(spec.hardware, spec.model, spec.kernel)
-        if "feather" in spec.policies and spec.feather_options():
-            from feather_sched.policies.feather import FeatherPolicy
-
-            try:  # its prior's profiles, checked now rather than at its first run
-                FeatherPolicy(**spec.feather_options())
-            except (ValueError, OSError) as err:
-                raise ValueError(f"--feather-hardware {spec.feather_hardware}: {err}") from None
+        costs = spec.costs()  # the profiles, feather's prior's too, checked before any run
         status = None
         if sys.stderr.isatty():
             from rich.console import Console
@@ -149,11 +149,11 @@ class SimBench:
             status = Console(stderr=True).status("building workloads")
             status.start()
         try:
-            prepared = prepare_workloads(spec, cost)
+            prepared = prepare_workloads(spec, costs.run)
         finally:
             if status is not None:
                 status.stop()
-        return cls(spec, json_out, plot, prepared)
+        return cls(spec, json_out, plot, prepared, costs)
 
     def title(self) -> str:
         s = self.spec
@@ -200,6 +200,7 @@ class SimBench:
                     on_sim=progress.inside,
                     prepared=self.prepared,
                     rows=rows,
+                    costs=self.costs,
                 )
             except KeyboardInterrupt:
                 interrupted = True

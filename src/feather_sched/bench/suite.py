@@ -12,7 +12,9 @@ from typing import Any
 from feather_sched.bench.context import fit_context
 from feather_sched.bench.oracle import default_caps, oracle_sweep
 from feather_sched.bench.report import add_relative
+from feather_sched.cost.resolve import prior_cost, resolve_cost
 from feather_sched.cost.step_model import StepCostModel
+from feather_sched.policies.base import Policy
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.registry import make_policy, policy_names
 from feather_sched.request import Request
@@ -52,6 +54,17 @@ MAX_KV_BLOCKS = 1 << 22
 
 
 @dataclass(frozen=True)
+class BenchCosts:
+    """A bench's cost models (`BenchSpec.costs`): checked before any run, then shared by
+    every run (a cost model keeps no state)."""
+
+    run: StepCostModel
+    """The simulated engine's step times."""
+    feather: StepCostModel | None
+    """The `feather` policy's prior (None: none, or feather does not run)."""
+
+
+@dataclass(frozen=True)
 class BenchSpec:
     workloads: Sequence[str] = tuple(DEFAULT_WORKLOADS)
     policies: Sequence[str] = tuple(DEFAULT_POLICIES)
@@ -87,11 +100,16 @@ class BenchSpec:
     (requests/s; Poisson arrivals for generated workloads, the trace's own timestamps
     rescaled to that mean rate for a trace), one row set per (workload, rate)."""
 
-    def feather_options(self) -> dict:
-        hw = self.feather_hardware or self.hardware
-        if hw == "none":
-            return {}
-        return {"hardware": hw, "model": self.model, "kernel": self.kernel}
+    def feather_cost(self) -> StepCostModel | None:
+        """Feather's step-cost prior by `--feather-hardware`'s one rule (`prior_cost`: unset,
+        the bench's own hardware; "none", no prior: None), with the bench's model and kernel."""
+        return prior_cost(self.feather_hardware, self.hardware, self.model, self.kernel)
+
+    def costs(self) -> BenchCosts:
+        """The bench's cost models, each resolved once from its names (a ValueError names a
+        bad one): the simulated engine's, and feather's prior when feather runs."""
+        run = resolve_cost(self.hardware, self.model, self.kernel)
+        return BenchCosts(run, self.feather_cost() if "feather" in self.policies else None)
 
     def validate(self) -> None:
         """Every option checked before anything runs; a ValueError names the bad value."""
@@ -320,14 +338,17 @@ def run_bench(
     on_sim: Callable[[str, int, int], None] | None = None,
     prepared: dict[str, PreparedWorkload] | None = None,
     rows: list[dict] | None = None,
+    costs: BenchCosts | None = None,
 ) -> list[dict]:
     """Simulate every (workload, policy) pair; one summary row each.
 
     `on_rows` gets each workload's rows as soon as they are done (with `vs_fcfs`);
     `on_sim(label, finished, total)` reports inside a run; `rows`, when given, is filled
-    in place, so a caller keeps the finished rows if the bench is interrupted.
+    in place, so a caller keeps the finished rows if the bench is interrupted; `prepared`
+    and `costs`, when given, are what the caller already built and checked.
     """
-    cost = StepCostModel(spec.hardware, spec.model, spec.kernel)
+    costs = costs if costs is not None else spec.costs()
+    cost = costs.run
     workloads = prepared if prepared is not None else prepare_workloads(spec, cost)
     tick = on_progress or (lambda _label: None)
     rows = rows if rows is not None else []
@@ -335,7 +356,7 @@ def run_bench(
     if spec.policy_state is not None and "feather" in spec.policies:
         warm = spec.policy_state.is_file()
         shared_feather = FeatherPolicy(
-            policy_state=spec.policy_state if warm else None, **spec.feather_options()
+            policy_state=spec.policy_state if warm else None, cost=costs.feather
         )
     steps_file = spec.steps_out.open("w") if spec.steps_out is not None else None
     try:
@@ -346,7 +367,7 @@ def run_bench(
                 cost,
                 wname,
                 prepared_workload,
-                shared_feather,
+                lambda: shared_feather or make_policy("feather", cost=costs.feather),
                 tick,
                 on_sim,
                 steps_file,
@@ -369,13 +390,15 @@ def _run_workload(
     cost: StepCostModel,
     wname: str,
     prepared: PreparedWorkload,
-    shared_feather: FeatherPolicy | None,
+    make_feather: Callable[[], Policy],
     tick: Callable[[str], None],
     on_sim: Callable[[str, int, int], None] | None,
     steps_file: Any,
     rows: list[dict],
 ) -> None:
-    """Every policy on one workload: a row appended to `rows` as each run finishes."""
+    """Every policy on one workload: a row appended to `rows` as each run finishes.
+    `make_feather`: the feather policy of a run (the bench's one learning feather with
+    `--policy-state`, else a fresh one with the bench's prior)."""
     from feather_sched.bench.steplog import StepRecorder
 
     requests = prepared.requests
@@ -393,10 +416,7 @@ def _run_workload(
                 on_run=lambda cap, _r, label=label: tick(f"{label} (cap {cap})"),
             )
         else:
-            if pname == "feather":
-                policy = shared_feather or make_policy(pname, **spec.feather_options())
-            else:
-                policy = make_policy(pname)
+            policy = make_feather() if pname == "feather" else make_policy(pname)
             if steps_file is not None:
                 labels = {"workload": wname, "policy": pname}
                 policy = StepRecorder(policy, steps_file, labels)

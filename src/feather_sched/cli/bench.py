@@ -382,8 +382,13 @@ def _report_bench(
 
 def feather_prior_options(hardware: str | None, model: str | None) -> dict:
     """`policy_options` giving the real-engine feather a step-cost prior: a fitted hardware
-    profile and the built-in engine model's own profile (a model directory has none)."""
-    if hardware is None or hardware == "none":
+    profile and the built-in engine model's own profile (a model directory has none). The
+    rule of `--feather-hardware` is the simulator's (`cost.resolve.prior_hardware`); a real
+    engine's run has no hardware profile of its own, so unset is no prior. The options stay
+    names (the record keeps them; the engine's `make_policy` resolves them), checked now."""
+    from feather_sched.cost.resolve import prior_cost, prior_hardware
+
+    if prior_hardware(hardware, None) is None:
         return {}
     from feather_sched.bench.vllm_engine import ENGINE_SCALES
 
@@ -393,6 +398,10 @@ def feather_prior_options(hardware: str | None, model: str | None) -> dict:
             "a prior needs a built-in --model (its profile is known)",
             param_hint="--feather-hardware",
         )
+    try:
+        prior_cost(hardware, None, name)  # before the engine starts, not at its first run
+    except ValueError as err:
+        fail(err)
     return {"feather": {"hardware": hardware, "model": name}}
 
 

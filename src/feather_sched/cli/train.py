@@ -16,7 +16,7 @@ from feather_sched.cli.common import (
     fail,
     names,
 )
-from feather_sched.cost import StepCostModel
+from feather_sched.cost import resolve_cost
 
 # ---- `feather train` options
 
@@ -65,12 +65,12 @@ def train_cmd(
         fail(err)
     try:
         mix = _training_mix(names(workload), max_num_seqs)
-        StepCostModel(hardware, model, kernel)  # fail fast on bad profiles
+        cost = resolve_cost(hardware, model, kernel)  # bad profiles fail here, before any work
     except (ValueError, FileNotFoundError) as err:
         fail(err)
     config = TrainConfig(steps=steps, seed=seed, hardware=hardware, model=model, kernel=kernel)
     try:
-        report = train(out, config, mix)
+        report = train(out, config, mix, cost=cost)
     except RuntimeError as err:
         fail(err)
     _print_training(report)

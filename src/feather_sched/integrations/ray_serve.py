@@ -19,7 +19,8 @@ public plug-in point; supported: ray 2.60) and delegates every decision to
     class LLM: ...
 
 (`hardware` and `model` name the step model that prices spills, see `FeatherRule`: a
-built-in profile or a fitted profile's path.)
+built-in profile or a fitted profile's path; `routing.feather_rule.feather_rule` turns
+them into the rule's cost model.)
 
 What the router reads of a request: the first positional argument (or `request` keyword)
 with token ids (`prompt_token_ids` attribute or key, or a `prompt` that is a list of ints),
@@ -57,6 +58,7 @@ from ray.serve.request_router import (
     RunningReplica,
 )
 
+from feather_sched.routing.feather_rule import feather_rule
 from feather_sched.routing.rules import FeatherRule, RoutingRequest, pick, pow2_choice
 
 __all__ = ["CompletionRequest", "EmulatedEngine", "FeatherRequestRouter", "request_of"]
@@ -119,7 +121,7 @@ class FeatherRequestRouter(RequestRouter):
     spills (`routing.rules.FeatherRule`; its options are `request_router_kwargs`)."""
 
     def initialize_state(self, **kwargs: Any) -> None:
-        self._rule = FeatherRule(**kwargs)
+        self._rule = feather_rule(**kwargs)  # `hardware`/`model` names -> its cost model
         self._pending: dict[str, RoutingRequest] = {}
         self._booked: dict[str, str] = {}  # internal request id -> replica booked for it
         self._rng = random.Random()
@@ -244,14 +246,16 @@ class EmulatedEngine:
         engine: dict | None = None,
         policy_options: dict | None = None,
     ) -> None:
-        from feather_sched.cost.step_model import StepCostModel
+        from feather_sched.cost.resolve import resolve_cost
         from feather_sched.policies.registry import make_policy
         from feather_sched.sim.cluster import ReplicaEngine
         from feather_sched.sim.config import EngineConfig
 
+        # A deployment's options arrive as text: names become cost models here and in
+        # make_policy (a feather policy's `hardware`/`model` options).
         self.engine = ReplicaEngine(
             make_policy(policy, **(policy_options or {})),
-            StepCostModel(hardware, model, "paged"),
+            resolve_cost(hardware, model),
             EngineConfig(**(engine or {})),
         )
         self.engine.open()

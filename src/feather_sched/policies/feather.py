@@ -30,9 +30,9 @@ bandit of Wu et al., ICML 2016). `initial_budget` lets a cold run try STOP a cou
 before any reward has arrived: in a burst where everything arrives at once, the first
 admission wave is the only chance to see a homogeneous batch at all.
 
-With a step-cost model of the hardware (`hardware` and `model` profiles: the one
-`feather calibrate` fits for a real engine), each decision also gets a prior: the time the
-model predicts for serving the running batch and the candidate's waiting group together
+With a step-cost model of the hardware (`cost`, from `hardware` and `model` profiles: the
+one `feather calibrate` fits for a real engine), each decision also gets a prior: the time
+the model predicts for serving the running batch and the candidate's waiting group together
 (ADD) or one after the other (STOP), as a relative gain with standard error `prior_error`.
 Prior and rewards combine by precision (`bandit.combine`), so in a one-shot burst, where the
 first admissions decide the whole run before any reward arrives, the model decides, and in a
@@ -113,16 +113,15 @@ class FeatherPolicy(Policy):
         wait_factor: float = 1.0,
         learn: bool = True,
         policy_state: str | Path | None = None,
-        hardware: str | None = None,
-        model: str | None = None,
-        kernel: str = "paged",
+        cost: StepCostModel | None = None,
         prior_error: float = 0.05,
         kv_gate: bool = True,
     ) -> None:
         """`alpha`: exploration budget, a fraction of the rewards received; `confidence`:
         standard errors STOP's lead must clear; `prior_error`: standard error of the cost
         model's relative gain (smaller than its step-time error, as both plans share its
-        bias); `hardware`/`model`/`kernel`: the step-cost model (none: no prior);
+        bias); `cost`: the step-cost model of the hardware (None: no prior; from profile
+        names: `make_policy("feather", hardware=..., model=...)`, `cost.resolve_cost`);
         `max_wait_s`, `starvation_share`, `wait_factor`: the starvation guard's. Each default
         was measured against half and double its value on the simulator suite (none is
         beaten by more than 0.5% on any workload): benchmarks/feather.md, "The constants,
@@ -133,11 +132,9 @@ class FeatherPolicy(Policy):
             raise ValueError(f"alpha must be in [0, 1), got {alpha}")
         if initial_budget < 0:
             raise ValueError(f"initial_budget must be >= 0, got {initial_budget}")
-        if (hardware is None) != (model is None):
-            raise ValueError("hardware and model profiles go together (both or neither)")
         if prior_error <= 0:
             raise ValueError(f"prior_error must be > 0, got {prior_error}")
-        self.cost = None if hardware is None else StepCostModel(hardware, model, kernel)
+        self.cost = cost
         self._priors: dict[tuple[int, ...], float] = {}
         self.prior_error = prior_error
         self.alpha = alpha
@@ -367,7 +364,11 @@ class FeatherPolicy(Policy):
             tmp.unlink(missing_ok=True)  # only left over when the write failed
         return path
 
-    def load(self, path: str | Path) -> None:
+    @classmethod
+    def read_state(cls, path: str | Path) -> dict:
+        """A saved table's payload, checked (a caller validating its input before any run
+        reads the file without building a policy); FileNotFoundError/ValueError say why
+        it cannot be loaded."""
         path = Path(path)
         try:
             payload = json.loads(path.read_text())
@@ -375,13 +376,17 @@ class FeatherPolicy(Policy):
             raise FileNotFoundError(f"policy state file not found: {path}") from None
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}: not a Feather policy state (bad JSON: {err})") from None
-        if payload.get("policy") != self.name or payload.get("version") != _STATE_VERSION:
+        if payload.get("policy") != cls.name or payload.get("version") != _STATE_VERSION:
             raise ValueError(
-                f"{path}: not a version-{_STATE_VERSION} {self.name!r} policy state "
+                f"{path}: not a version-{_STATE_VERSION} {cls.name!r} policy state "
                 f"(policy={payload.get('policy')!r}, version={payload.get('version')!r}); "
                 "tables saved before version 4 hold the old UCB bandit's statistics and "
                 "cannot be read: delete the file to start cold"
             )
+        return payload
+
+    def load(self, path: str | Path) -> None:
+        payload = self.read_state(path)
         self.table = BanditTable.from_dict(payload["table"], self.confidence)
         self.reward_scale = float(payload.get("reward_scale", 0.0))
         sec = payload.get("sec_per_token")

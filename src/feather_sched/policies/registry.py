@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
+from typing import Any
 
+from feather_sched.cost.resolve import COST_NAMES, cost_options
 from feather_sched.policies.base import Policy
 
 # name -> "module:Class"; imported lazily so optional policies cost nothing until used.
@@ -44,6 +47,23 @@ def policy_class(name: str) -> Callable[..., Policy]:
     return getattr(importlib.import_module(module), cls)
 
 
-def make_policy(name: str, **kwargs) -> Policy:
-    """A fresh policy instance; kwargs are the policy's own options (e.g. seed, max_batch)."""
-    return policy_class(name)(**kwargs)
+def make_policy(name: str, **kwargs: Any) -> Policy:
+    """A fresh policy instance; kwargs are the policy's own options (e.g. seed, max_batch).
+
+    Policies take a cost model object (`cost`), but options given by name often come as
+    text (a JSON environment variable, a bench record, a Ray Serve deployment's options):
+    for a policy that takes `cost`, profile names (`hardware`, `model`, `kernel`) become
+    the cost model here (`cost.resolve.cost_options`), the one edge where they do."""
+    cls = policy_class(name)
+    if any(k in kwargs for k in COST_NAMES) and _takes_cost(cls):
+        kwargs = cost_options(kwargs)
+    return cls(**kwargs)
+
+
+def _takes_cost(cls: Callable[..., Policy]) -> bool:
+    """Whether a policy's constructor takes a cost model (a policy that does not keeps its
+    own error for a profile name it was given)."""
+    try:
+        return "cost" in inspect.signature(cls).parameters
+    except (TypeError, ValueError):  # no signature to read: pass the options as given
+        return False

@@ -53,12 +53,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from feather_sched.cost.resolve import resolve_cost
 from feather_sched.cost.step_model import BatchShape, StepCostModel
 from feather_sched.policies.bandit import ADD, STOP
 from feather_sched.policies.base import is_decode_step
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.observation import OBS_DIM, DelegatedFeather
 from feather_sched.request import Request
+from feather_sched.rl.train import TRAIN_HARDWARE, TRAIN_MODEL
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.engine import simulate
 from feather_sched.sim.result import SimResult
@@ -152,8 +154,9 @@ class FeatherEnv(gym.Env):
     """Feather's ADD/STOP decisions over simulated runs (see the module docstring).
 
     `workload`: a workload name (with `workload_config` overrides), a `Workload`, or a
-    sequence of them (a training mix; one is drawn per reset). Hardware, model and kernel
-    name the cost model's profiles; `engine` sets the simulated engine's limits.
+    sequence of them (a training mix; one is drawn per reset). `cost`: the step-cost model
+    (None: the shipped weights' profiles, `train.TRAIN_HARDWARE` + `train.TRAIN_MODEL`);
+    `engine` sets the simulated engine's limits.
     `max_tries`: episodes to draw per reset before giving up when they ask no decision
     at all (e.g. a workload without sharing).
     """
@@ -165,9 +168,7 @@ class FeatherEnv(gym.Env):
         workload: str | Workload | Sequence[str | Workload] = "long-prefix",
         workload_config: dict[str, Any] | None = None,
         *,
-        hardware: str = "h100",
-        model: str = "llama-3-8b",
-        kernel: str = "paged",
+        cost: StepCostModel | None = None,
         engine: EngineConfig | None = None,
         max_wait_s: float = 60.0,
         max_tries: int = 8,
@@ -181,7 +182,9 @@ class FeatherEnv(gym.Env):
         self.workloads: list[Workload] = [
             make_workload(w, **(workload_config or {})) if isinstance(w, str) else w for w in items
         ]
-        self.cost = StepCostModel(hardware, model, kernel)
+        if cost is None:
+            cost = resolve_cost(TRAIN_HARDWARE, TRAIN_MODEL)
+        self.cost = cost
         self.engine = engine or EngineConfig()
         self.max_wait_s = max_wait_s
         self.max_tries = max_tries

@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from feather_sched.cost.resolve import resolve_cost
+from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.numpy_mlp import NumpyMLP
 from feather_sched.policies.observation import FEATURES
 from feather_sched.sim.config import EngineConfig
@@ -90,6 +92,10 @@ class MixEntry:
 
 
 DEFAULT_MIX: tuple[MixEntry, ...] = tuple(map(MixEntry.from_preset, PRESETS["train"].values()))
+TRAIN_HARDWARE = "h100"
+TRAIN_MODEL = "llama-3-8b"
+"""The profiles the shipped feather-ppo weights were trained on: the default of `TrainConfig`
+and of `env.FeatherEnv`'s cost model."""
 
 
 @dataclass(frozen=True)
@@ -98,9 +104,11 @@ class TrainConfig:
 
     steps: int = 100_000
     seed: int = 0
-    hardware: str = "h100"
-    model: str = "llama-3-8b"
+    hardware: str = TRAIN_HARDWARE
+    model: str = TRAIN_MODEL
     kernel: str = "paged"
+    """The cost model's names (kept as names: the weights' metadata records them);
+    `train` resolves them once (`cost.resolve_cost`)."""
     gamma: float = 0.95
     """Discount per engine step (`rl.step_discount`), not per decision: ~20-step horizon."""
     gae_lambda: float = 0.95
@@ -149,14 +157,14 @@ def export_actor(policy: Any, meta: dict[str, Any] | None = None) -> NumpyMLP:
     return NumpyMLP(weights, biases, activation or "tanh", FEATURES, meta)
 
 
-def _imitate_bandit(policy: Any, mix: Sequence[MixEntry], config: TrainConfig) -> dict:
+def _imitate_bandit(
+    policy: Any, mix: Sequence[MixEntry], config: TrainConfig, cost: StepCostModel
+) -> dict:
     """Fit the actor to the bandit's greedy choices (cross-entropy, full batch)."""
     import torch
 
-    from feather_sched.cost.step_model import StepCostModel
     from feather_sched.rl.teacher import collect_demonstrations
 
-    cost = StepCostModel(config.hardware, config.model, config.kernel)
     entries = [(e.build(), EngineConfig(max_num_seqs=e.max_num_seqs)) for e in mix]
     obs, actions = collect_demonstrations(entries, cost, seed=config.seed)
     if len(actions) == 0:
@@ -197,8 +205,11 @@ def train(
     mix: Sequence[MixEntry] = DEFAULT_MIX,
     progress: bool = True,
     on_episode: Callable[[float], None] | None = None,
+    cost: StepCostModel | None = None,
 ) -> TrainReport:
-    """Train PPO for `config.steps` decisions on `mix`, save the actor to `out` (.npz)."""
+    """Train PPO for `config.steps` decisions on `mix`, save the actor to `out` (.npz).
+    `cost`: the cost model of `config`'s names, when the caller already resolved (and so
+    checked) it; None resolves them here."""
     require_rl()
     import torch
 
@@ -208,10 +219,12 @@ def train(
         raise ValueError(f"steps must be >= 1, got {config.steps}")
     if not mix:
         raise ValueError("empty training mix")
+    if cost is None:
+        cost = resolve_cost(config.hardware, config.model, config.kernel)
     torch.set_num_threads(1)  # tiny nets: threads cost more than they save
-    venv = _vec_env(mix, config)
+    venv = _vec_env(mix, config, cost)
     model = _ppo(venv, config)
-    imitation = _imitate_bandit(model.policy, mix, config) if config.warm_start else None
+    imitation = _imitate_bandit(model.policy, mix, config, cost) if config.warm_start else None
     callback = EpisodeCallback(config.steps, show=progress, on_episode=on_episode)
     start = time.perf_counter()
     try:
@@ -225,7 +238,7 @@ def train(
     return TrainReport(path, int(model.num_timesteps), len(curve), seconds, curve)
 
 
-def _env_maker(entry: MixEntry, config: TrainConfig) -> Callable[[], Any]:
+def _env_maker(entry: MixEntry, cost: StepCostModel) -> Callable[[], Any]:
     """A FeatherEnv factory for one mix entry; builds the workload now, to fail here rather
     than inside the vector env."""
     from feather_sched.rl.env import FeatherEnv
@@ -234,18 +247,12 @@ def _env_maker(entry: MixEntry, config: TrainConfig) -> Callable[[], Any]:
     engine = EngineConfig(max_num_seqs=entry.max_num_seqs)
 
     def make() -> FeatherEnv:
-        return FeatherEnv(
-            workload,
-            hardware=config.hardware,
-            model=config.model,
-            kernel=config.kernel,
-            engine=engine,
-        )
+        return FeatherEnv(workload, cost=cost, engine=engine)
 
     return make
 
 
-def _vec_env(mix: Sequence[MixEntry], config: TrainConfig) -> Any:
+def _vec_env(mix: Sequence[MixEntry], config: TrainConfig, cost: StepCostModel) -> Any:
     """One env per mix entry, rewards normalised for the critic.
 
     Every rollout then holds n_steps decisions of each workload, whatever its episode length
@@ -254,7 +261,7 @@ def _vec_env(mix: Sequence[MixEntry], config: TrainConfig) -> Any:
     """
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    venv = DummyVecEnv([_env_maker(entry, config) for entry in mix])
+    venv = DummyVecEnv([_env_maker(entry, cost) for entry in mix])
     venv.seed(config.seed)
     return VecNormalize(venv, norm_obs=False, norm_reward=True, gamma=config.gamma)
 

@@ -7,7 +7,9 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from feather_sched.cost.resolve import cost_options
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.index.cht import deepest_true
 from feather_sched.routing.base import RoutingRequest, RoutingRule, Tiers
@@ -80,8 +82,13 @@ class FeatherRule(RoutingRule):
 
     name = "feather"
 
+    DEFAULT_PROFILES: ClassVar[dict[str, str]] = {"hardware": "h100", "model": "llama-3.1-8b"}
+    """The step model's profiles when a rule built from options names none
+    (`feather_rule`): a rule always prices placements, so it has no "no cost model"."""
+
     def __init__(
         self,
+        cost: StepCostModel,
         balance: float = 1.2,
         chunk_tokens: int = 64,
         chars_per_token: int = 4,
@@ -89,17 +96,15 @@ class FeatherRule(RoutingRule):
         cache_ttl_s: float = 300.0,
         window: int = 4096,
         slack: int | None = None,
-        cost: StepCostModel | None = None,
         max_num_seqs: int = 256,
-        hardware: str = "h100",
-        model: str = "llama-3.1-8b",
-        kernel: str = "paged",
         default_output_tokens: int = 256,
         rate_window: int = 16,
     ) -> None:
+        """`cost`: the step model that prices placements (the drain forecast); from profile
+        names, `feather_rule(hardware=..., model=...)`. The others: the class docstring."""
         if balance < 1.0:
             raise ValueError(f"balance must be >= 1, got {balance}")
-        self.drain = DrainModel(cost or StepCostModel(hardware, model, kernel), max_num_seqs)
+        self.drain = DrainModel(cost, max_num_seqs)
         self.default_output_tokens = float(default_output_tokens)
         self._out_sum = 0.0
         self._out_n = 0
@@ -404,3 +409,11 @@ class FeatherRule(RoutingRule):
                 del holders[r]
             if not holders:
                 del self._holds[key]
+
+
+def feather_rule(**options: Any) -> FeatherRule:
+    """A `FeatherRule` from options given by name (`make_rule`, Ray Serve's
+    `request_router_kwargs`): profile names (`hardware`, `model`, `kernel`; the unnamed
+    ones `FeatherRule.DEFAULT_PROFILES`) become its cost model (`cost.resolve.cost_options`);
+    a `cost` passes as it is."""
+    return FeatherRule(**cost_options(options, **FeatherRule.DEFAULT_PROFILES))

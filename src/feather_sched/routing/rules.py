@@ -29,7 +29,7 @@ from feather_sched.routing.base import (  # noqa: F401 (re-exported for the rule
     pick,
     pow2_choice,
 )
-from feather_sched.routing.feather_rule import FeatherRule
+from feather_sched.routing.feather_rule import FeatherRule, feather_rule
 from feather_sched.routing.prefix_tree import PrefixTree
 
 
@@ -104,5 +104,5 @@ def make_rule(name: str, seed: int | None = 0, **kwargs) -> RoutingRule:
     except KeyError:
         raise ValueError(f"unknown router {name!r}; valid: {', '.join(RULES)}") from None
     if cls is FeatherRule:
-        return cls(**kwargs)
+        return feather_rule(**kwargs)  # deterministic: no seed; profile names -> its cost
     return cls(seed=seed, **kwargs)
