@@ -63,7 +63,7 @@ from feather_sched.policies.base import Policy, SchedulerView, is_decode_step
 from feather_sched.policies.fcfs import queue_head
 from feather_sched.policies.features import DecisionState, decision_state
 from feather_sched.policies.grouped import grouped_candidates
-from feather_sched.policies.kv_gate import KvGate
+from feather_sched.policies.kv_gate import MAX_HOLD_STEPS, KvGate
 from feather_sched.policies.order import GroupingJudge
 from feather_sched.policies.starvation import StarvationGuard
 
@@ -116,13 +116,16 @@ class FeatherPolicy(Policy):
         cost: StepCostModel | None = None,
         prior_error: float = 0.05,
         kv_gate: bool = True,
+        kv_hold_steps: int | None = MAX_HOLD_STEPS,
     ) -> None:
         """`alpha`: exploration budget, a fraction of the rewards received; `confidence`:
         standard errors STOP's lead must clear; `prior_error`: standard error of the cost
         model's relative gain (smaller than its step-time error, as both plans share its
         bias); `cost`: the step-cost model of the hardware (None: no prior; from profile
         names: `make_policy("feather", hardware=..., model=...)`, `cost.resolve_cost`);
-        `max_wait_s`, `starvation_share`, `wait_factor`: the starvation guard's. Each default
+        `max_wait_s`, `starvation_share`, `wait_factor`: the starvation guard's;
+        `kv_hold_steps`: steps in a row the KV gate may hold the queue back (None: until the
+        KV fits, trading time to first token for throughput; kv_gate.py). Each default
         was measured against half and double its value on the simulator suite (none is
         beaten by more than 0.5% on any workload): benchmarks/feather.md, "The constants,
         measured" (benchmarks/bandit_constants.py)."""
@@ -143,7 +146,7 @@ class FeatherPolicy(Policy):
         self.horizon = horizon
         self.guard = StarvationGuard(max_wait_s, starvation_share, wait_factor)
         self.judge = GroupingJudge(self.cost)
-        self.gate = KvGate() if kv_gate else None
+        self.gate = KvGate(kv_hold_steps) if kv_gate else None
         self.learn = learn
         self.table = BanditTable(confidence)
         self.reward_scale = 0.0  # best decode-step tokens/s seen: the unit of gains
@@ -181,6 +184,10 @@ class FeatherPolicy(Policy):
     @property
     def kv_refusals(self) -> int:
         return 0 if self.gate is None else self.gate.refusals
+
+    @property
+    def kv_hold_passes(self) -> int:
+        return 0 if self.gate is None else self.gate.overrides
 
     def begin_step(self, view: SchedulerView) -> None:
         # The gate acts where Feather reorders: a step it would leave to the queue order is
