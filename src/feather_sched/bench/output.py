@@ -49,6 +49,7 @@ def terminal_width() -> int:
 
 
 def header(cols: Sequence[Column], name_width: int = POLICY_WIDTH, first: str = "policy") -> str:
+    """The header line: each header right-aligned over its column, as the cells are."""
     return first.ljust(name_width) + "".join(f" {c.header:>{c.width}}" for c in cols)
 
 

@@ -47,7 +47,8 @@ class Row:
         if isinstance(row, Row):
             return row
         router = row.get("router")
-        return cls(str(row["workload"]), str(row["policy"]), router and str(router), row)
+        router = None if router is None else str(router)
+        return cls(str(row["workload"]), str(row["policy"]), router, row)
 
     @property
     def kind(self) -> Kind:
