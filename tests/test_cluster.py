@@ -188,20 +188,61 @@ def test_cluster_bench_rows():
 
 
 def test_cli_bench_replicas(tmp_path):
+    """The cluster bench goes through the single-engine bench's table, plot and `show`:
+    80 columns when piped, the plot written, every row named by its router."""
     import json
 
     from typer.testing import CliRunner
 
     from feather_sched.cli import app
 
-    out = tmp_path / "c.json"
-    args = ["bench", "--replicas", "2", "--routers", "pow2,feather", "-w", "document-qa"]
-    result = CliRunner().invoke(app, [*args, "--json", str(out)])
+    out, plot = tmp_path / "c.json", tmp_path / "c.png"
+    args = ["bench", "--replicas", "2", "--routers", "pow2,prefix-affinity,feather"]
+    args += ["-w", "document-qa", "--json", str(out), "--plot", str(plot)]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     rows = json.loads(out.read_text())["rows"]
     assert [(r["router"], r["policy"], r["replicas"]) for r in rows] == [
         ("pow2", "fcfs", 2),
+        ("prefix-affinity", "fcfs", 2),
         ("feather", "feather", 2),
     ]
+    assert plot.is_file() and plot.stat().st_size > 0
+    assert max(len(line) for line in result.stdout.splitlines() if line.startswith(" ")) <= 80
+    shown = CliRunner().invoke(app, ["show", str(out)])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert lines[1].split()[:3] == ["router/policy", "tok/s", "xpow2"]
+    names = [line.split()[0].rstrip("*=") for line in lines if line.startswith(" ")]
+    assert names == ["pow2/fcfs", "prefix-affinity/fcfs", "feather/feather"]
+    assert "document-qa, 2 replicas, 128 requests" in lines
+    assert all(len(line) <= 80 for line in lines[1:])  # the title names the file
+    md = CliRunner().invoke(app, ["show", "--markdown", str(out)])
+    assert md.stdout.startswith("| workload | replicas | router/policy | tok/s | xpow2 |")
     bad = CliRunner().invoke(app, ["bench", "--replicas", "2", "--routers", "nope"])
     assert bad.exit_code != 0
+
+
+def test_cli_bench_replicas_checks_the_plot_path_first(tmp_path):
+    from typer.testing import CliRunner
+
+    from feather_sched.cli import app
+
+    out = tmp_path / "c.json"
+    args = ["bench", "--replicas", "2", "-w", "document-qa", "--json", str(out)]
+    result = CliRunner().invoke(app, [*args, "--plot", str(tmp_path / "c.txt")])
+    assert result.exit_code == 2 and "--plot" in result.stderr
+    assert not out.exists()
+
+
+def test_cluster_rows_have_every_declared_cluster_column():
+    """The columns a cluster table shows are fields the cluster bench writes."""
+    from feather_sched.bench.columns import columns_of
+    from feather_sched.bench.rows import CLUSTER
+
+    spec = ClusterBenchSpec(
+        base=BenchSpec(workloads=("document-qa",)), replicas=2, routers=("pow2", "feather")
+    )
+    rows = run_cluster_bench(spec)
+    missing = {c.key for c in columns_of(CLUSTER, "pow2") if c.key not in rows[0]}
+    assert not missing

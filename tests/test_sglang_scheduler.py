@@ -47,7 +47,7 @@ def workload(tag: str = "", seed: int = 0):
     """Prefix groups arriving interleaved (two waves), long-output requests that outgrow the
     KV pool (SGLang must retract), a prompt longer than the prefill chunk, and two aborts:
     one while waiting, one while decoding. Rids are fixed-width: SGLang aborts by prefix."""
-    from feather_sched.bench.sglang_engine import ServeRequest
+    from feather_sched.bench.sglang_spec import ServeRequest
 
     rng = random.Random(seed)
     prefixes = {g: [rng.randrange(4, 500) for _ in range(PREFIX)] for g in "ABCD"}
@@ -75,7 +75,7 @@ def workload(tag: str = "", seed: int = 0):
 
 
 def loop_spec(policy: str | None, **kw):
-    from feather_sched.bench.sglang_engine import ServeSpec
+    from feather_sched.bench.sglang_spec import ServeSpec
 
     return ServeSpec(
         runs=[workload("a", 0), workload("b", 1)],
@@ -192,7 +192,8 @@ def test_grouped_order_reaches_sglang_batches(served):
 
 
 def test_bandit_state_is_saved_and_reloaded(served, state_path):
-    from feather_sched.bench.sglang_engine import ServeSpec, serve
+    from feather_sched.bench.sglang_engine import serve
+    from feather_sched.bench.sglang_spec import ServeSpec
 
     first = served("feather")["feather"]
     assert first["counters"].get("decisions", 0) > 0 or first["stats"]["decisions"] > 0

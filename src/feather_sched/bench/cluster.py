@@ -5,6 +5,8 @@ Each router runs with its replica policy (`routing.rules.REPLICA_POLICY`: `fcfs`
 it (`sim.cluster`). One row per (workload, router): output tok/s, TTFT p50/p99,
 `load_imbalance` (max over mean requests per replica), prefix groups per replica batch, and
 each row's throughput relative to every other router's on the same workload (`vs_<router>`).
+The table, its legend and the plot are the single-engine bench's (`output.results_text`,
+`report.plot_results`), its columns those `bench.columns` declares for a cluster.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-
-from rich.table import Table
+from pathlib import Path
+from typing import Any, NoReturn
 
 from feather_sched.bench.context import fit_context
 from feather_sched.bench.suite import BenchSpec
@@ -111,60 +113,64 @@ def add_router_relative(rows: Sequence[dict]) -> None:
             r[f"vs_{other}"] = round(r["output_tok_s"] / b, 3) if b else None
 
 
-_COLUMNS = (
-    ("output_tok_s", "out tok/s", "{:,.0f}"),
-    ("ttft_p50_s", "TTFT p50 s", "{:.2f}"),
-    ("ttft_p99_s", "TTFT p99 s", "{:.2f}"),
-    ("load_imbalance", "load imbalance", "{:.2f}"),
-    ("prefix_groups_per_batch", "groups/batch", "{:.1f}"),
-    ("prefix_hit_rate", "prefix hit", "{:.2f}"),
-)
-
-
-def cluster_table(rows: Sequence[dict], title: str) -> Table:
-    table = Table(title=title)
-    for col in ("workload", "N", "router", "policy"):
-        table.add_column(col)
-    for _, header, _ in _COLUMNS:
-        table.add_column(header, justify="right")
-    routers = list(dict.fromkeys(r["router"] for r in rows))
-    for other in routers:
-        table.add_column(f"vs {other}", justify="right")
-    last = None
-    for r in rows:
-        if last is not None and r["workload"] != last:
-            table.add_section()
-        last = r["workload"]
-        cells = [fmt.format(r[k]) if r.get(k) is not None else "-" for k, _, fmt in _COLUMNS]
-        rel = ["-" if r.get(f"vs_{o}") is None else f"{r[f'vs_{o}']:.2f}x" for o in routers]
-        table.add_row(r["workload"], str(r["replicas"]), r["router"], r["policy"], *cells, *rel)
-    return table
-
-
-def cli_cluster_bench(base: BenchSpec, replicas: int, routers: str | None, json_out, console, fail):
-    """`feather bench --replicas N [--routers ...]`: run, print the table, write the JSON."""
-    from feather_sched.bench.machine import write_record
-
-    names = [r.strip() for r in (routers or ",".join(DEFAULT_ROUTERS)).split(",") if r.strip()]
-    spec = ClusterBenchSpec(base=base, replicas=replicas, routers=names)
-    try:
-        spec.validate()
-        rows = run_cluster_bench(spec, on_progress=lambda label: print(label, file=sys.stderr))
-    except (ValueError, FileNotFoundError) as err:
-        fail(err)
-    title = (
-        f"feather bench: {replicas} replicas, {base.hardware} + {base.model}, "
+def cluster_title(spec: ClusterBenchSpec) -> str:
+    base = spec.base
+    return (
+        f"feather bench: {spec.replicas} replicas, {base.hardware} + {base.model}, "
         f"{base.kernel} kernel, seed {base.seed}"
     )
-    config = {
-        "replicas": replicas,
-        "routers": names,
-        "replica_policy": {r: REPLICA_POLICY[r] for r in names},
+
+
+def cluster_config(spec: ClusterBenchSpec) -> dict[str, Any]:
+    """The record's config: what ran, each router's replica policy included."""
+    base = spec.base
+    return {
+        "replicas": spec.replicas,
+        "routers": list(spec.routers),
+        "replica_policy": {r: REPLICA_POLICY[r] for r in spec.routers},
         "hardware": base.hardware,
         "model": base.model,
         "kernel": base.kernel,
         "seed": base.seed,
     }
-    write_record(json_out, config=config, rows=rows)  # first: a finished run is never lost
-    console.print(cluster_table(rows, title))
-    console.print(f"wrote {json_out}")
+
+
+def cli_cluster_bench(
+    base: BenchSpec,
+    replicas: int,
+    routers: str | None,
+    outputs: tuple[Path, Path],
+    fail: Callable[[Exception], NoReturn],
+) -> None:
+    """`feather bench --replicas N [--routers ...]`: every check first, then the runs; the
+    table and its legend as the single-engine bench prints them (`output.results_text`),
+    the JSON record (first: a finished run is never lost), then the plot."""
+    from feather_sched.bench.machine import write_record
+    from feather_sched.bench.output import (
+        check_output_path,
+        check_plot_path,
+        results_legend,
+        results_text,
+        terminal_width,
+    )
+    from feather_sched.bench.report import plot_results
+
+    json_out, plot = outputs
+    names = [r.strip() for r in (routers or ",".join(DEFAULT_ROUTERS)).split(",") if r.strip()]
+    spec = ClusterBenchSpec(base=base, replicas=replicas, routers=names)
+    try:
+        spec.validate()
+        check_output_path(json_out, "--json")
+        check_plot_path(plot)
+        rows = run_cluster_bench(spec, on_progress=lambda label: print(label, file=sys.stderr))
+    except (ValueError, FileNotFoundError) as err:
+        fail(err)
+    title = cluster_title(spec)
+    print(results_text(rows, title, terminal_width()), flush=True)
+    print(results_legend(rows), flush=True)
+    write_record(json_out, config=cluster_config(spec), rows=rows)
+    try:
+        plot_results(rows, plot, title)
+    except Exception as err:  # the rows are saved; a plot failure only loses the plot
+        fail(RuntimeError(f"rows saved to {json_out}, but the plot failed: {err}"))
+    print(f"wrote {json_out}, {plot}", flush=True)

@@ -9,58 +9,36 @@ inside a long run), so a piped run (CI, tee) shows what it is doing.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from feather_sched.bench.columns import LEGEND as LEGEND
+from feather_sched.bench.columns import (
+    POLICY_WIDTH,
+    Column,
+    best_marks,
+    columns_for,
+    columns_of,
+    legend,
+)
+from feather_sched.bench.rows import (
+    CLUSTER,
+    Row,
+    as_rows,
+    baseline_of,
+    block_title,
+    blocks,
+    kind_of,
+)
+
 PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "webp", "eps", "ps", "tif", "tiff")
 PLAIN_EVERY_S = 15.0
-
-
-def _secs(v: float) -> str:
-    if v < 10:
-        return f"{v:.2f}"
-    if v < 1000:
-        return f"{v:.1f}"
-    return f"{v:,.0f}"
-
-
-def _num(v: float) -> str:
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
-
-
-# key, header, width, formatter; compact first, then the wide-only ones.
-COLUMNS: tuple[tuple[str, str, int, Any], ...] = (
-    ("output_tok_s", "tok/s", 8, _num),
-    ("vs_fcfs", "xfcfs", 5, lambda v: f"{v:.2f}"),
-    ("mean_batch", "batch", 5, lambda v: f"{v:.1f}"),
-    ("mean_prefix_groups", "grps", 5, lambda v: f"{v:.1f}"),
-    ("ttft_p50_s", "ttft50", 6, _secs),
-    ("ttft_p99_s", "ttft99", 6, _secs),
-    ("tpot_p99_s", "tpot99", 6, _secs),
-    ("latency_p99_s", "e2e99", 6, _secs),
-    ("goodput_req_s", "good/s", 6, _num),
-)
-WIDE_COLUMNS: tuple[tuple[str, str, int, Any], ...] = (
-    ("latency_p50_s", "e2e50", 6, _secs),
-    ("sched_us_per_step", "sched us", 8, lambda v: f"{v:,.1f}"),
-    ("preemptions", "preempt", 7, lambda v: f"{v:,d}"),
-)
-LEGEND = (
-    "tok/s: output tokens/s (higher is better); xfcfs: vs fcfs; batch: mean batch;\n"
-    "grps: prefix groups per batch; ttft/tpot/e2e 50/99: time to first token, per\n"
-    "output token, end to end, percentile, seconds; good/s: requests/s meeting the\n"
-    "SLO (every request without one); * best tok/s. All fields: JSON, `feather show`."
-)
-POLICY_WIDTH = 18
 
 
 def terminal_width() -> int:
@@ -70,56 +48,53 @@ def terminal_width() -> int:
     return 80
 
 
-def columns_for(width: int) -> tuple[tuple[str, str, int, Any], ...]:
-    """The compact set, plus the wide-only columns that still fit `width`."""
-    cols = list(COLUMNS)
-    used = POLICY_WIDTH + sum(c[2] + 1 for c in cols)
-    for col in WIDE_COLUMNS:
-        if used + col[2] + 1 <= width:
-            cols.append(col)
-            used += col[2] + 1
-    return tuple(cols)
+def header(cols: Sequence[Column], name_width: int = POLICY_WIDTH, first: str = "policy") -> str:
+    """The header line: each header right-aligned over its column, as the cells are."""
+    return first.ljust(name_width) + "".join(f" {c.header:>{c.width}}" for c in cols)
 
 
-def header(cols: Sequence[tuple[str, str, int, Any]]) -> str:
-    return "policy".ljust(POLICY_WIDTH) + "".join(f" {h:>{w}}" for _, h, w, _ in cols)
-
-
-def _cell(row: dict, key: str, width: int, fmt: Any) -> str:
-    value = row.get(key)
-    text = "-" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt(value)
-    return f" {text:>{width}}"
-
-
-def workload_block(rows: Sequence[dict], cols: Sequence[tuple[str, str, int, Any]]) -> list[str]:
-    """One workload's lines: a title line, then a line per policy (best tok/s marked *)."""
-    if not rows:
+def workload_block(
+    rows: Sequence[Row | Mapping[str, Any]],
+    cols: Sequence[Column],
+    name_width: int = POLICY_WIDTH,
+) -> list[str]:
+    """One block's lines (a workload's, or on a cluster a workload at one replica count):
+    a title line, then a line per row, the best marked (`columns.best_marks`)."""
+    typed = as_rows(rows)
+    if not typed:
         return []
-    first = rows[0]
-    extra = f", {first['requests']:,} requests" if "requests" in first else ""
-    dropped = first.get("dropped_overlong") or 0
-    extra += f", {dropped:,} dropped as overlong" if dropped else ""
-    lines = [f"{first['workload']}{extra}"]
-    best = max(r["output_tok_s"] for r in rows if not is_bound_row(r))
-    for r in rows:
-        name = r["policy"] + (f" (cap {r['oracle_cap']})" if "oracle_cap" in r else "")
-        name += "*" if r["output_tok_s"] == best and not is_bound_row(r) else ""
-        if len(name) + 1 > POLICY_WIDTH:  # a long name gets its own line, numbers stay whole
+    lines = [block_title(typed)]
+    for r, mark in zip(typed, best_marks(typed, cols), strict=True):
+        name = r.label + mark
+        if len(name) + 1 > name_width:  # a long name gets its own line, numbers stay whole
             lines.append(" " + name)
             name = ""
-        lines.append(
-            (" " + name).ljust(POLICY_WIDTH) + "".join(_cell(r, k, w, f) for k, _, w, f in cols)
-        )
+        cells = "".join(f" {c.text(r.fields.get(c.key)):>{c.width}}" for c in cols)
+        lines.append((" " + name).ljust(name_width) + cells)
     return lines
 
 
-def results_text(rows: Sequence[dict], title: str, width: int = 80) -> str:
-    """The whole table as text (what `feather show` prints; the bench prints it in parts)."""
-    cols = columns_for(width)
-    lines = [title, header(cols)]
-    for wname in dict.fromkeys(r["workload"] for r in rows):
-        lines += workload_block([r for r in rows if r["workload"] == wname], cols)
+def results_text(rows: Sequence[Row | Mapping[str, Any]], title: str, width: int = 80) -> str:
+    """The whole table as text (what `feather show` and the cluster bench print; the
+    simulator's bench prints it in parts, as blocks finish). The name column widens to the
+    longest name when the columns leave room for it."""
+    typed = as_rows(rows)
+    kind, baseline = kind_of(typed), baseline_of(typed)
+    headline = sum(c.width + 1 for c in columns_of(kind, baseline, wide=False))
+    longest = max((len(r.label) + 2 for r in typed), default=0)
+    name_width = min(max(POLICY_WIDTH, longest), max(POLICY_WIDTH, width - headline))
+    cols = columns_for(width, kind, baseline, name_width)
+    first = "router/policy" if kind == CLUSTER else "policy"
+    lines = [title, header(cols, name_width, first)]
+    for block in blocks(typed):
+        lines += workload_block(block, cols, name_width)
     return "\n".join(lines)
+
+
+def results_legend(rows: Sequence[Row | Mapping[str, Any]]) -> str:
+    """The legend of `results_text`'s table for these rows."""
+    typed = as_rows(rows)
+    return legend(kind_of(typed), baseline_of(typed))
 
 
 # ----------------------------------------------------------------------------- progress
@@ -245,10 +220,6 @@ def check_plot_path(path: Path) -> None:
         )
 
 
-BOUND_PREFIX = "bound:"
-"""Rows named `bound:...` are limits (e.g. `bound:unbounded-kv`, the engine's order with KV
-capacity unbounded), not policies: never the best of a run."""
-
-
-def is_bound_row(row: dict) -> bool:
-    return str(row.get("policy", "")).startswith(BOUND_PREFIX)
+def is_bound_row(row: Row | Mapping[str, Any]) -> bool:
+    """A limit row (`rows.BOUND_PREFIX`), never the best of a run."""
+    return Row.of(row).is_bound

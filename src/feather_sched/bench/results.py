@@ -1,8 +1,9 @@
 """Saved bench records: read one, show it (table, CSV, Markdown), compare two, list names.
 
-A record is what `feather bench --json` writes: {"machine", "config", "rows"}. Rows are keyed
-by (workload, policy); a comparison pairs equal keys and gives B / A for every numeric field
-the two share (the headline ones first).
+A record is what `feather bench --json` writes: {"machine", "config", "rows"}. Rows are read
+through `rows.Row` and shown in the columns `bench.columns` declares; a comparison pairs rows
+with equal keys (workload and policy; replicas, seed and router where rows have them) and
+gives B / A for every headline field the two share.
 """
 
 from __future__ import annotations
@@ -10,21 +11,20 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-HEADLINE = (
-    "output_tok_s",
-    "vs_fcfs",
-    "mean_batch",
-    "ttft_p50_s",
-    "ttft_p99_s",
-    "tpot_p99_s",
-    "latency_p99_s",
-    "goodput_req_s",
+from feather_sched.bench.columns import Column, best_marks, columns_of
+from feather_sched.bench.rows import (
+    BLOCK_FIELDS,
+    CLUSTER,
+    Row,
+    as_rows,
+    baseline_of,
+    blocks,
+    kind_of,
 )
-HIGHER_IS_BETTER = {"output_tok_s", "vs_fcfs", "goodput_req_s", "prefix_hit_rate"}
 
 
 def read_record(path: Path) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def read_record(path: Path) -> dict[str, Any]:
     return payload
 
 
-def _columns(rows: Sequence[dict]) -> list[str]:
+def _columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     keys: dict[str, None] = {}
     for r in rows:
         for k, v in r.items():
@@ -54,8 +54,9 @@ def _columns(rows: Sequence[dict]) -> list[str]:
     return list(keys)
 
 
-def rows_csv(rows: Sequence[dict]) -> str:
+def rows_csv(rows: Sequence[Row | Mapping[str, Any]]) -> str:
     """Every scalar field of every row, one CSV line per row."""
+    rows = [r.fields for r in as_rows(rows)]
     cols = _columns(rows)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
@@ -65,12 +66,30 @@ def rows_csv(rows: Sequence[dict]) -> str:
     return buf.getvalue()
 
 
-def rows_markdown(rows: Sequence[dict], fields: Sequence[str] = HEADLINE) -> str:
-    """A Markdown table of the headline fields."""
-    cols = ["workload", "policy", *[f for f in fields if any(f in r for r in rows)]]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        lines.append("| " + " | ".join(_text(r.get(c)) for c in cols) + " |")
+def headline(rows: Sequence[Row]) -> tuple[Column, ...]:
+    """The headline columns of these rows' kind (`bench.columns`, the wide-only ones left
+    out): what Markdown and `feather compare` show."""
+    return columns_of(kind_of(rows), baseline_of(rows), wide=False)
+
+
+def _block_fields(rows: Sequence[Row]) -> list[str]:
+    return [k for k in BLOCK_FIELDS if any(r.fields.get(k) is not None for r in rows)]
+
+
+def rows_markdown(rows: Sequence[Row | Mapping[str, Any]]) -> str:
+    """A Markdown table of the headline columns, printed as the table prints them (units
+    in the headers, the best row of each block marked as in the table)."""
+    typed = as_rows(rows)
+    ids = _block_fields(typed)
+    cols = [c for c in headline(typed) if any(c.key in r.fields for r in typed)]
+    first = "router/policy" if kind_of(typed) == CLUSTER else "policy"
+    names = ["workload", *ids, first, *(c.title for c in cols)]
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    for block in blocks(typed):
+        for r, mark in zip(block, best_marks(block, cols), strict=True):
+            cells = [r.workload, *(_text(r.fields.get(k)) for k in ids), r.label + mark]
+            cells += [c.text(r.fields.get(c.key)) for c in cols]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -82,48 +101,90 @@ def _text(v: Any) -> str:
     return str(v)
 
 
-def compare_rows(a: Sequence[dict], b: Sequence[dict]) -> list[dict[str, Any]]:
-    """For each (workload, policy) in both: A's and B's headline values and B / A."""
-    index_a = {(r["workload"], r["policy"]): r for r in a}
+ONLY_LISTED = 12
+"""Rows without a counterpart named by `feather compare` (a count for the rest)."""
+
+
+def _pairing(rows_a: Sequence[Row], rows_b: Sequence[Row]) -> list[str]:
+    """The block fields (replicas, seed) that tell rows apart within a record: they pair
+    rows too. One that is constant in each does not, so a 4-replica record compares with
+    an 8-replica one router by router."""
+    return [
+        k
+        for k in BLOCK_FIELDS
+        if any(len({r.fields.get(k) for r in rows}) > 1 for rows in (rows_a, rows_b))
+    ]
+
+
+def _pair_key(row: Row, fields: Sequence[str]) -> tuple[Any, ...]:
+    return (row.workload, *(row.fields.get(k) for k in fields), row.name)
+
+
+def _pair_name(row: Row, fields: Sequence[str]) -> str:
+    """`workload / name` in `feather compare`, with the pairing fields' values."""
+    extra = "".join(f", {k} {row.fields.get(k)}" for k in fields)
+    return f"{row.workload}{extra} / {row.name}"
+
+
+def compare_rows(
+    a: Sequence[Row | Mapping[str, Any]], b: Sequence[Row | Mapping[str, Any]]
+) -> list[tuple[Row, dict[str, tuple[float, float, float | None]]]]:
+    """For each row of B with a counterpart in A (same workload and name, and replicas and
+    seed where a record holds several): B's row and, per headline field both have, A's
+    value, B's value and B / A."""
+    rows_a, rows_b = as_rows(a), as_rows(b)
+    fields = _pairing(rows_a, rows_b)
+    index_a = {_pair_key(r, fields): r for r in rows_a}
+    cols = headline([*rows_a, *rows_b])
     out = []
-    for rb in b:
-        key = (rb["workload"], rb["policy"])
-        ra = index_a.get(key)
+    for rb in rows_b:
+        ra = index_a.get(_pair_key(rb, fields))
         if ra is None:
             continue
-        entry: dict[str, Any] = {"workload": key[0], "policy": key[1]}
-        for f in HEADLINE:
-            va, vb = ra.get(f), rb.get(f)
-            if isinstance(va, (int, float)) and isinstance(vb, (int, float)):
-                entry[f] = (va, vb, vb / va if va else None)
-        out.append(entry)
+        values = {}
+        for c in cols:
+            va, vb = ra.value(c.key), rb.value(c.key)
+            if va is not None and vb is not None:
+                values[c.key] = (va, vb, vb / va if va else None)
+        out.append((rb, values))
     return out
 
 
-def compare_text(a: Sequence[dict], b: Sequence[dict], name_a: str, name_b: str) -> str:
-    """Side by side: per (workload, policy), each headline field as A -> B (B/A)."""
-    pairs = compare_rows(a, b)
+def compare_text(
+    a: Sequence[Row | Mapping[str, Any]],
+    b: Sequence[Row | Mapping[str, Any]],
+    name_a: str,
+    name_b: str,
+) -> str:
+    """Side by side: per row in both, each headline field as A -> B (B/A), in the units
+    the table prints."""
+    rows_a, rows_b = as_rows(a), as_rows(b)
+    pairs = compare_rows(rows_a, rows_b)
     if not pairs:
         return f"no (workload, policy) pair in common between {name_a} and {name_b}"
+    cols = headline([*rows_a, *rows_b])
+    fields = _pairing(rows_a, rows_b)
+    higher = ", ".join(c.header for c in cols if c.better == "higher")
+    lower = ", ".join(c.header for c in cols if c.better == "lower")
     lines = [
         f"A = {name_a}",
         f"B = {name_b}",
-        "ratio B/A (tok/s, goodput: higher is better; latencies: lower is better)",
+        f"ratio B/A (higher is better: {higher}; lower is better: {lower})",
     ]
-    for p in pairs:
-        lines.append(f"{p['workload']} / {p['policy']}")
-        for f in HEADLINE:
-            if f in p:
-                va, vb, ratio = p[f]
+    for row, values in pairs:
+        lines.append(_pair_name(row, fields))
+        for c in cols:
+            if c.key in values:
+                va, vb, ratio = values[c.key]
                 r = "-" if ratio is None else f"{ratio:.3f}x"
-                lines.append(f"  {f:<16} {_text(va):>12} -> {_text(vb):>12}  {r:>9}")
-    both = {(p["workload"], p["policy"]) for p in pairs}
-    only_a = {(r["workload"], r["policy"]) for r in a} - both
-    only_b = {(r["workload"], r["policy"]) for r in b} - both
-    if only_a:
-        lines.append(f"only in A: {', '.join(f'{w} / {p}' for w, p in sorted(only_a))}")
-    if only_b:
-        lines.append(f"only in B: {', '.join(f'{w} / {p}' for w, p in sorted(only_b))}")
+                shown_a, shown_b = _text(va * c.scale), _text(vb * c.scale)
+                lines.append(f"  {c.title:<16} {shown_a:>12} -> {shown_b:>12}  {r:>9}")
+    both = {_pair_key(row, fields) for row, _ in pairs}
+    for side, rows in (("A", rows_a), ("B", rows_b)):
+        only = sorted({_pair_name(r, fields) for r in rows if _pair_key(r, fields) not in both})
+        if only:
+            more = f" and {len(only) - ONLY_LISTED} more" if len(only) > ONLY_LISTED else ""
+            lines.append(f"only in {side}: {'; '.join(only[:ONLY_LISTED])}{more}")
     return "\n".join(lines)
 
 

@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from feather_sched.bench.sglang_engine import ServeRequest, ServeSpec, serve
+from feather_sched.bench.sglang_engine import serve
+from feather_sched.bench.sglang_spec import ServeRequest, ServeSpec
 from feather_sched.bench.tiny_llama import ENGINE_MODELS, TinyLlamaSpec
 
 SGLANG_POLICIES = ("fcfs", "lpm", "dfs-weight")

@@ -9,10 +9,9 @@ import traceback
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from feather_sched.bench.sglang_engine import ServeRequest, ServeSpec, _LoopProbe
+from feather_sched.bench.sglang_spec import LoopCounters, ServeRequest, ServeSpec
 
 
 class Client:
@@ -20,7 +19,7 @@ class Client:
     arrival times (and aborts), collects every output, flushes the cache between runs and
     shuts the scheduler down at the end."""
 
-    def __init__(self, spec: ServeSpec, port_args, probe: _LoopProbe) -> None:
+    def __init__(self, spec: ServeSpec, port_args, probe: LoopCounters) -> None:
         self.spec = spec
         self.port_args = port_args
         self.probe = probe

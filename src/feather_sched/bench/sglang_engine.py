@@ -38,13 +38,14 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from feather_sched.bench.sglang_client import Client
-from feather_sched.bench.tiny_llama import TINY_LLAMA, TinyLlamaSpec
+from feather_sched.bench.sglang_spec import ServeSpec
+from feather_sched.bench.tiny_llama import TinyLlamaSpec
 from feather_sched.policies.base import Policy, SchedulerView
 
 STANDIN_ARCH = "FeatherStandInForCausalLM"
@@ -84,55 +85,6 @@ def stand_in_config(model: TinyLlamaSpec) -> dict[str, Any]:
 def next_token(last_token: int, position: int, vocab_size: int) -> int:
     """The stand-in's output after `last_token` at `position` (what its logits select)."""
     return (last_token * 31 + position * 7) % (vocab_size - FIRST_TOKEN) + FIRST_TOKEN
-
-
-@dataclass(frozen=True)
-class ServeRequest:
-    rid: str
-    """Unique, and no rid a prefix of another: SGLang's `abort_request` matches by prefix
-    (`req.rid.startswith(abort.rid)`)."""
-    prompt: Sequence[int]
-    output_len: int
-    arrival_s: float = 0.0
-    group: str | None = None
-    abort_after_tokens: int | None = None
-    """Send an `AbortReq` once this many output tokens were seen (0: right after sending)."""
-
-
-@dataclass
-class ServeSpec:
-    """One scheduler process: its SGLang settings, Feather's, and the runs it serves."""
-
-    runs: list[list[ServeRequest]]
-    """Served one after the other on the same scheduler; the radix cache is flushed
-    (`FlushCacheReqInput`) between runs."""
-    feather_policy: str | None = None
-    """FEATHER_POLICY with SGLANG_PLUGINS=feather; None: the plugin is not named (off)."""
-    schedule_policy: str = "fcfs"
-    """SGLang's own `--schedule-policy` (under Feather too: Feather orders on top of it)."""
-    policy_options: dict[str, Any] = field(default_factory=dict)
-    policy_state: str | None = None
-    state_every_s: float | None = None
-    chunk_tokens: int | None = None
-    extra_policies: dict[str, str] = field(default_factory=dict)
-    """Policies to register by name ("module:Class") before the plugin loads."""
-    model: TinyLlamaSpec = TINY_LLAMA
-    max_total_tokens: int = 8192
-    max_running_requests: int = 64
-    chunked_prefill_size: int = 512
-    max_prefill_tokens: int = 4096
-    page_size: int = 1
-    overlap: bool = False
-    """SGLang's overlap event loop (`event_loop_overlap`) instead of `event_loop_normal`."""
-    step_cost: tuple[str, str] | None = None
-    """(hardware profile, model profile) the stand-in forward sleeps by; None: no sleep."""
-    run_timeout_s: float = 120.0
-    seed: int = 0
-    env: dict[str, str] = field(default_factory=dict)
-    """More environment for the scheduler process (SGLang's own `SGLANG_*` switches)."""
-    log_level: str = "ERROR"
-    """Level of SGLang's loggers in the scheduler process (its retraction notices are
-    WARNINGs; the report counts retractions either way)."""
 
 
 # ---------------------------------------------------------------------------- parent side

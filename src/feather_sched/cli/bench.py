@@ -217,7 +217,7 @@ def bench(
     if replicas is not None or routers is not None:
         from feather_sched.bench.cluster import cli_cluster_bench
 
-        return cli_cluster_bench(spec, replicas or 4, routers, json_out, console, fail)
+        return cli_cluster_bench(spec, replicas or 4, routers, (json_out, plot), fail)
     _bench_sim(spec, json_out, plot)
 
 

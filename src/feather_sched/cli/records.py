@@ -42,7 +42,7 @@ def show_cmd(
     markdown: Annotated[bool, typer.Option("--markdown", help="A Markdown table.")] = False,
 ) -> None:
     """Print a saved bench record: its table (default), CSV or Markdown."""
-    from feather_sched.bench.output import results_text, terminal_width
+    from feather_sched.bench.output import results_legend, results_text, terminal_width
     from feather_sched.bench.results import read_record, rows_csv, rows_markdown
 
     if csv_out and markdown:
@@ -59,9 +59,10 @@ def show_cmd(
     else:
         cfg = payload.get("config") or {}
         title = f"{record}: " + ", ".join(
-            f"{k} {cfg[k]}" for k in ("hardware", "model", "kernel", "seed") if k in cfg
+            f"{k} {cfg[k]}" for k in ("replicas", "hardware", "model", "kernel", "seed") if k in cfg
         )
         print(results_text(rows, title, terminal_width()))
+        print(results_legend(rows))
 
 
 @app.command("compare")
