@@ -402,7 +402,8 @@ def feather_prior_options(hardware: str | None, model: str | None) -> dict:
         prior_cost(hardware, None, name)  # before the engine starts, not at its first run
     except ValueError as err:
         fail(err)
-    return {"feather": {"hardware": hardware, "model": name}}
+    prior = {"hardware": hardware, "model": name}
+    return {"feather": prior, "feather-hold": prior}
 
 
 @app.command(

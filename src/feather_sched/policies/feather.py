@@ -56,6 +56,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from feather_sched.cost.step_model import BatchShape, StepCostModel
 from feather_sched.policies.bandit import STOP, BanditTable
@@ -398,3 +399,17 @@ class FeatherPolicy(Policy):
         self.reward_scale = float(payload.get("reward_scale", 0.0))
         sec = payload.get("sec_per_token")
         self.sec_per_token = float(sec) if sec else math.inf
+
+
+class FeatherHoldPolicy(FeatherPolicy):
+    """Feather whose KV gate holds the queue until the KV fits (`kv_hold_steps=None`): fewer
+    preemptions and more throughput under KV pressure, traded knowingly for time to first
+    token (kv_gate.py, "A bounded hold"). A name of its own so the trade is a row of its own
+    in every table, beside the default that keeps the tail."""
+
+    name = "feather-hold"
+
+    def __init__(
+        self, kv_hold_steps: int | None = None, cost: StepCostModel | None = None, **options: Any
+    ) -> None:
+        super().__init__(kv_hold_steps=kv_hold_steps, cost=cost, **options)

@@ -22,6 +22,7 @@ _POLICIES: dict[str, str] = {
     "max-homogeneous": "feather_sched.policies.homogeneous:MaxHomogeneousPolicy",
     "grouped": "feather_sched.policies.grouped:GroupedPolicy",
     "feather": "feather_sched.policies.feather:FeatherPolicy",
+    "feather-hold": "feather_sched.policies.feather:FeatherHoldPolicy",
     "feather-paper": "feather_sched.policies.feather_paper:FeatherPaperPolicy",
     "feather-ppo": "feather_sched.policies.feather_ppo:FeatherPPOPolicy",
 }
