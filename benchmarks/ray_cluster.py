@@ -152,7 +152,7 @@ def main() -> None:
         row = {
             "workload": args.workload,
             **real,
-            "sim": {k: sim[k] for k in (*keys, "requests_per_replica", "prefix_groups_per_batch")},
+            "sim": {k: sim[k] for k in (*keys, "requests_per_replica", "mean_prefix_groups")},
         }
         print(row, flush=True)
         rows.append(row)

@@ -188,7 +188,8 @@ def test_calibrate_prints_the_fit_and_records_the_report(tmp_path: Path, monkeyp
     (spec,) = specs
     assert spec.bench.policies == vllm_calibrate.COMPARE_POLICIES and spec.bench.repeats == 1
     assert spec.passes == 5 and spec.bench_rows == [{"workload": "w", "policy": "vllm"}]
-    assert spec.bench.policy_options == {"feather": {"hardware": "cpu", "model": "tiny-llama"}}
+    prior = {"hardware": "cpu", "model": "tiny-llama"}
+    assert spec.bench.policy_options == {"feather": prior, "feather-hold": prior}
     bad = runner.invoke(app, ["calibrate", "--bench-json", str(record)])  # no "rows"
     assert bad.exit_code == 2 and "error: 'rows'" in bad.output
 

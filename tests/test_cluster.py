@@ -84,7 +84,7 @@ def test_feather_concentrates_groups_and_stays_balanced():
     pow2 = simulate_cluster(
         reqs, make_rule("pow2"), lambda: make_policy("fcfs"), COST, EngineConfig(), 4
     ).summary()
-    assert res.summary()["prefix_groups_per_batch"] < pow2["prefix_groups_per_batch"]
+    assert res.summary()["mean_prefix_groups"] < pow2["mean_prefix_groups"]
 
 
 def test_killed_replica_requests_are_rerouted_once():
@@ -179,7 +179,7 @@ def test_cluster_bench_rows():
         "ttft_p50_s",
         "ttft_p99_s",
         "load_imbalance",
-        "prefix_groups_per_batch",
+        "mean_prefix_groups",
         "vs_pow2",
     ):
         assert key in rows[0]

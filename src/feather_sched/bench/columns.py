@@ -118,22 +118,7 @@ COLUMNS: tuple[Column, ...] = (
         plot=True,
     ),
     Column("mean_batch", "batch", "mean batch", format=".1f", width=5),
-    Column(
-        "mean_prefix_groups",
-        "grps",
-        "prefix groups per batch",
-        format=".1f",
-        width=5,
-        kinds=_ONE_ENGINE,
-    ),
-    Column(
-        "prefix_groups_per_batch",
-        "grps",
-        "prefix groups per replica batch",
-        format=".1f",
-        width=5,
-        kinds=_CLUSTER,
-    ),
+    Column("mean_prefix_groups", "grps", "prefix groups per batch", format=".1f", width=5),
     Column("ttft_p50_s", "ttft50", "time to first token p50", "s", format="secs", better="lower"),
     Column(
         "ttft_p99_s",

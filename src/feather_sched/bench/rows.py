@@ -26,6 +26,9 @@ BOUND_PREFIX = "bound:"
 """Rows named `bound:...` are limits (e.g. `bound:unbounded-kv`, the engine's order with KV
 capacity unbounded), not policies: never the best of a run."""
 
+LEGACY_NAMES = {"mean_prefix_groups": "prefix_groups_per_batch"}
+"""Current field -> its name in older records (cluster rows, before they took the engine's)."""
+
 BLOCK_FIELDS = ("replicas", "seed")
 """Row fields that split one workload's rows into separate blocks when a record holds
 several values of them (a cluster grid over replica counts and seeds)."""
@@ -77,8 +80,9 @@ class Row:
         return (self.workload, *(self.fields.get(k) for k in BLOCK_FIELDS))
 
     def value(self, key: str) -> float | None:
-        """The field as a number; None when missing, not a number, or NaN."""
-        v = self.fields.get(key)
+        """The field as a number; None when missing, not a number, or NaN. A record written
+        before a field was renamed is read under its old name (`LEGACY_NAMES`)."""
+        v = self.fields.get(key, self.fields.get(LEGACY_NAMES.get(key, "")))
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return None
         return None if isinstance(v, float) and math.isnan(v) else v

@@ -402,10 +402,11 @@ class FeatherPolicy(Policy):
 
 
 class FeatherHoldPolicy(FeatherPolicy):
-    """Feather whose KV gate holds the queue until the KV fits (`kv_hold_steps=None`): fewer
-    preemptions and more throughput under KV pressure, traded knowingly for time to first
-    token (kv_gate.py, "A bounded hold"). A name of its own so the trade is a row of its own
-    in every table, beside the default that keeps the tail."""
+    """Feather, KV gate holding until the KV fits (trades TTFT).
+
+    `kv_hold_steps=None`: fewer preemptions and more throughput under KV pressure, traded
+    knowingly for time to first token (kv_gate.py, "A bounded hold"). A name of its own so
+    the trade is a row of its own in every table, beside the default that keeps the tail."""
 
     name = "feather-hold"
 

@@ -34,7 +34,7 @@ from feather_sched.request import Request
 from feather_sched.routing.rules import RoutingRequest, RoutingRule, pick
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.engine import SimulationError, Simulator
-from feather_sched.sim.result import RequestRecord, SimResult
+from feather_sched.sim.result import SLO, RequestRecord, SimResult, latency_summary
 
 
 class ReplicaEngine(Simulator):
@@ -82,12 +82,17 @@ class ClusterResult:
     wall_s: float
     router_stats: dict = field(default_factory=dict)
 
-    def summary(self) -> dict:
-        """One `feather bench --replicas` row."""
+    @property
+    def makespan_s(self) -> float:
+        """First arrival to last finish, over every replica."""
         recs = self.records
+        return (max(r.finish for r in recs) - min(r.arrival for r in recs)) if recs else 0.0
+
+    def summary(self, slo: SLO | None = None) -> dict:
+        """One `feather bench --replicas` row: the single engine's names and latency fields
+        (`SimResult.summary`), plus the router's."""
+        recs, span = self.records, self.makespan_s
         out = sum(r.output_len for r in recs)
-        span = (max(r.finish for r in recs) - min(r.arrival for r in recs)) if recs else 0.0
-        ttft = np.array([r.ttft for r in recs]) if recs else np.zeros(0)
         groups, batch = self.step_groups, self.step_batch
         n = len(self.assigned)
         mean = sum(self.assigned) / n if n else 0.0
@@ -99,11 +104,10 @@ class ClusterResult:
             "output_tokens": out,
             "makespan_s": round(span, 4),
             "output_tok_s": round(out / span, 2) if span > 0 else 0.0,
-            "ttft_p50_s": round(float(np.percentile(ttft, 50)), 4) if ttft.size else 0.0,
-            "ttft_p99_s": round(float(np.percentile(ttft, 99)), 4) if ttft.size else 0.0,
+            **latency_summary(recs, span, slo),
             "load_imbalance": round(max(self.assigned) / mean, 3) if mean else 0.0,
             "requests_per_replica": list(self.assigned),
-            "prefix_groups_per_batch": round(float(groups.mean()), 2) if groups.size else 0.0,
+            "mean_prefix_groups": round(float(groups.mean()), 2) if groups.size else 0.0,
             "mean_batch": round(float(batch.mean()), 2) if batch.size else 0.0,
             "preemptions": sum(rep.preemptions for rep in self.replicas),
             "prefix_hit_rate": round(
