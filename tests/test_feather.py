@@ -166,10 +166,13 @@ def decision_state_for(bins: tuple[int, int, int]) -> DecisionState:
 
 
 def test_budget_grows_with_rewards_and_is_spent_on_exploration() -> None:
-    """An untried STOP in a batch of B is charged 1/(B+1): the most one request left out
-    can cost a step's throughput."""
-    policy = FeatherPolicy(alpha=0.1, initial_budget=0.3)
-    key = (3, 7, 4)  # batch 4: an untried STOP costs 0.2
+    """An untried STOP in a batch of B, holding back a waiting group of G, is charged
+    G/(B+G): the most leaving the group out can cost a step's throughput."""
+    policy = FeatherPolicy(alpha=0.1, initial_budget=0.5)
+    assert policy.decide(decision_state_for((3, 7, 4))) == ADD  # B=4, G=8: 0.67 > 0.5
+    assert policy.explorations == 0
+    policy.budget = 0.3
+    key = (3, 7, 1)  # batch 4, a group of one: an untried STOP costs 0.2
     assert policy.decide(decision_state_for(key)) == STOP
     assert policy.budget == pytest.approx(0.1) and policy.explorations == 1
     assert policy.decide(decision_state_for(key)) == ADD  # 0.1 left: not enough

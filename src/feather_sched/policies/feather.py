@@ -292,9 +292,13 @@ class FeatherPolicy(Policy):
         credit."""
         key = state.group_bins()
         if self.learn:
-            # An untried STOP keeps a batch of B from growing by one: its step throughput
-            # falls by at most 1/(B+1), as a step never gets faster with more sequences.
-            untried = 1.0 / (state.batch + 1)
+            # An untried STOP keeps a batch of B from taking the candidate's waiting group
+            # of G (the step ends before it): its step throughput falls by at most G/(B+G),
+            # as a step never gets faster with more sequences. (1/(B+1), a group of one,
+            # priced a held-back group of 16 at a sixteenth of its cost: SGLang's loop, where
+            # a STOP holds the group a whole pass, lost 7% to exploration that cheap.)
+            held = max(1, state.group)
+            untried = held / (state.batch + held)
             choice = self.table.choose(key, self.reward_scale, self.budget, untried, prior)
             action = choice.action
             if choice.exploring:
