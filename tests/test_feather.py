@@ -178,7 +178,7 @@ def test_budget_grows_with_rewards_and_is_spent_on_exploration() -> None:
     assert policy.decide(decision_state_for(key)) == ADD  # 0.1 left: not enough
     for _ in range(8):
         policy.end_step(None, 0.1, 20)  # rewards at the best throughput seen
-    assert policy.budget == pytest.approx(0.3)  # alpha of each of the two rewards
+    assert policy.budget == pytest.approx(0.4)  # alpha of each of the three rewards
 
 
 def test_starvation_guard_bounds_waiting() -> None:
