@@ -2,3 +2,8 @@
 
 Only trains: the shipped runtime (observation, numpy MLP) lives under policies/, which
 never imports this package."""
+
+TRAIN_HARDWARE = "h100"
+TRAIN_MODEL = "llama-3-8b"
+"""The profiles the shipped feather-ppo weights were trained on: the default of
+`env.FeatherEnv`'s cost model and of `train.TrainConfig` (here, so neither imports the other)."""

@@ -60,7 +60,7 @@ from feather_sched.policies.base import is_decode_step
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.observation import OBS_DIM, DelegatedFeather
 from feather_sched.request import Request
-from feather_sched.rl.train import TRAIN_HARDWARE, TRAIN_MODEL
+from feather_sched.rl import TRAIN_HARDWARE, TRAIN_MODEL
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.engine import simulate
 from feather_sched.sim.result import SimResult
@@ -155,7 +155,7 @@ class FeatherEnv(gym.Env):
 
     `workload`: a workload name (with `workload_config` overrides), a `Workload`, or a
     sequence of them (a training mix; one is drawn per reset). `cost`: the step-cost model
-    (None: the shipped weights' profiles, `train.TRAIN_HARDWARE` + `train.TRAIN_MODEL`);
+    (None: the shipped weights' profiles, `TRAIN_HARDWARE` + `TRAIN_MODEL`);
     `engine` sets the simulated engine's limits.
     `max_tries`: episodes to draw per reset before giving up when they ask no decision
     at all (e.g. a workload without sharing).

@@ -40,6 +40,7 @@ from feather_sched.cost.resolve import resolve_cost
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.numpy_mlp import NumpyMLP
 from feather_sched.policies.observation import FEATURES
+from feather_sched.rl import TRAIN_HARDWARE, TRAIN_MODEL
 from feather_sched.sim.config import EngineConfig
 from feather_sched.workloads import make_workload
 from feather_sched.workloads.base import Workload
@@ -92,10 +93,6 @@ class MixEntry:
 
 
 DEFAULT_MIX: tuple[MixEntry, ...] = tuple(map(MixEntry.from_preset, PRESETS["train"].values()))
-TRAIN_HARDWARE = "h100"
-TRAIN_MODEL = "llama-3-8b"
-"""The profiles the shipped feather-ppo weights were trained on: the default of `TrainConfig`
-and of `env.FeatherEnv`'s cost model."""
 
 
 @dataclass(frozen=True)
