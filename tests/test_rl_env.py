@@ -120,7 +120,7 @@ def test_decision_points_are_the_delegated_policys() -> None:
         def choose(self, observation: np.ndarray) -> int:
             return STOP
 
-    policy = AllStop()
+    policy = AllStop(max_hold_steps=None)  # as the env's (its holds are unbounded)
     result = simulate(requests, policy, env.cost, env.engine)
     assert policy.decisions == len(rewards)  # one env step per bandit decision
     assert result.output_tok_s == pytest.approx(info["output_tok_s"])

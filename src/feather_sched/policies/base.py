@@ -120,14 +120,14 @@ _COUNTERS = {
     "explorations": "policy_explorations",
     "starvation_admits": "starvation_admits",
     "kv_refusals": "kv_refusals",
-    "kv_hold_passes": "kv_hold_passes",
+    "hold_releases": "hold_releases",
 }
 
 
 def policy_counters(policy: Policy) -> dict[str, int]:
     """What a learning policy says of itself this run, for a bench row: ADD/STOP questions
-    it answered, STOPs, exploratory STOPs, starvation admits, candidates refused for KV and
-    let through at the end of a bounded hold (absent where it has none)."""
+    it answered, STOPs, exploratory STOPs, starvation admits, candidates refused for KV, steps
+    released to the engine's order by the hold bound (absent where it has none)."""
     return {
         out: int(getattr(policy, attr))
         for attr, out in _COUNTERS.items()

@@ -64,7 +64,8 @@ from feather_sched.policies.base import Policy, SchedulerView, is_decode_step
 from feather_sched.policies.fcfs import queue_head
 from feather_sched.policies.features import DecisionState, decision_state
 from feather_sched.policies.grouped import grouped_candidates
-from feather_sched.policies.kv_gate import MAX_HOLD_STEPS, KvGate
+from feather_sched.policies.hold import MAX_HOLD_STEPS, HoldBound
+from feather_sched.policies.kv_gate import KvGate
 from feather_sched.policies.order import GroupingJudge
 from feather_sched.policies.starvation import StarvationGuard
 
@@ -117,7 +118,7 @@ class FeatherPolicy(Policy):
         cost: StepCostModel | None = None,
         prior_error: float = 0.05,
         kv_gate: bool = True,
-        kv_hold_steps: int | None = MAX_HOLD_STEPS,
+        max_hold_steps: int | None = MAX_HOLD_STEPS,
     ) -> None:
         """`alpha`: exploration budget, a fraction of the rewards received; `confidence`:
         standard errors STOP's lead must clear; `prior_error`: standard error of the cost
@@ -125,8 +126,9 @@ class FeatherPolicy(Policy):
         bias); `cost`: the step-cost model of the hardware (None: no prior; from profile
         names: `make_policy("feather", hardware=..., model=...)`, `cost.resolve_cost`);
         `max_wait_s`, `starvation_share`, `wait_factor`: the starvation guard's;
-        `kv_hold_steps`: steps in a row the KV gate may hold the queue back (None: until the
-        KV fits, trading time to first token for throughput; kv_gate.py). Each default
+        `max_hold_steps`: steps in a row Feather may end admission early, by STOP or KV
+        refusal (None: no bound, trading time to first token for throughput; hold.py). Each
+        default
         was measured against half and double its value on the simulator suite (none is
         beaten by more than 0.5% on any workload): benchmarks/feather.md, "The constants,
         measured" (benchmarks/bandit_constants.py)."""
@@ -147,7 +149,8 @@ class FeatherPolicy(Policy):
         self.horizon = horizon
         self.guard = StarvationGuard(max_wait_s, starvation_share, wait_factor)
         self.judge = GroupingJudge(self.cost)
-        self.gate = KvGate(kv_hold_steps) if kv_gate else None
+        self.gate = KvGate() if kv_gate else None
+        self.hold = HoldBound(max_hold_steps)
         self.learn = learn
         self.table = BanditTable(confidence)
         self.reward_scale = 0.0  # best decode-step tokens/s seen: the unit of gains
@@ -172,6 +175,8 @@ class FeatherPolicy(Policy):
         self._engine_order = False
         if self.gate is not None:
             self.gate.reset()
+        self.hold.reset()
+        self._releasing = False
         self._gating = False
         self.budget = self.initial_budget
         self.decisions = 0
@@ -187,15 +192,16 @@ class FeatherPolicy(Policy):
         return 0 if self.gate is None else self.gate.refusals
 
     @property
-    def kv_hold_passes(self) -> int:
-        return 0 if self.gate is None else self.gate.overrides
+    def hold_releases(self) -> int:
+        return self.hold.releases
 
     def begin_step(self, view: SchedulerView) -> None:
         # The gate acts where Feather reorders: a step it would leave to the queue order is
         # the engine's own (the vLLM adapter does not even ask), and so the same here.
         # Where grouping cannot pay (`order.GroupingJudge`) the candidates come in the
         # engine's order; a new group's candidate is still asked ADD or STOP.
-        self._engine_order = not self.judge.grouping_pays(view)
+        self._releasing = self.hold.begin_step()
+        self._engine_order = self._releasing or not self.judge.grouping_pays(view)
         self._gating = self.gate is not None and not self.follows_queue_order(view)
         if self.gate is not None:
             self.gate.begin_step(view)
@@ -216,15 +222,23 @@ class FeatherPolicy(Policy):
         return view.index.num_shared_roots == 0
 
     def accept(self, view: SchedulerView, request_id: str) -> bool:
-        forced = request_id == self._forced
+        if self._releasing or self._admits(view, request_id):
+            self.guard.admitted(view, request_id, request_id == self._forced)
+            return True
+        self.hold.held()
+        return False
+
+    def _admits(self, view: SchedulerView, request_id: str) -> bool:
+        """ADD unless the KV gate refuses or, for a candidate opening a new group, the
+        bandit says STOP (a starving request forced by the guard is not asked)."""
         if self._gating and view.num_running > 0 and not self.gate.fits(view, request_id):
             return False
-        if not forced:
-            state = decision_state(view.index, request_id)
-            if self.asks(state) and self.decide(state, self.prior(view, state, request_id)) == STOP:
-                return False
-        self.guard.admitted(view, request_id, forced)
-        return True
+        if request_id == self._forced:
+            return True
+        state = decision_state(view.index, request_id)
+        return not (
+            self.asks(state) and self.decide(state, self.prior(view, state, request_id)) == STOP
+        )
 
     def asks(self, state: DecisionState) -> bool:
         """A decision is needed only to open a new prefix group in a non-empty batch: the
@@ -408,13 +422,13 @@ class FeatherPolicy(Policy):
 class FeatherHoldPolicy(FeatherPolicy):
     """Feather, KV gate holding until the KV fits (trades TTFT).
 
-    `kv_hold_steps=None`: fewer preemptions and more throughput under KV pressure, traded
-    knowingly for time to first token (kv_gate.py, "A bounded hold"). A name of its own so
+    `max_hold_steps=None`: fewer preemptions and more throughput under KV pressure, traded
+    knowingly for time to first token (hold.py). A name of its own so
     the trade is a row of its own in every table, beside the default that keeps the tail."""
 
     name = "feather-hold"
 
     def __init__(
-        self, kv_hold_steps: int | None = None, cost: StepCostModel | None = None, **options: Any
+        self, max_hold_steps: int | None = None, cost: StepCostModel | None = None, **options: Any
     ) -> None:
-        super().__init__(kv_hold_steps=kv_hold_steps, cost=cost, **options)
+        super().__init__(max_hold_steps=max_hold_steps, cost=cost, **options)

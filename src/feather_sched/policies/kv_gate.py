@@ -24,17 +24,8 @@ SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
 SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS); each reservation is clipped at 4,096 tokens, as SGLang
 clips `max_new_tokens` (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION).
 
-A bounded hold: waiting for KV trades a held request's time to first token for fewer
-preemptions. The engine's own order admits whatever fits now and preempts later, so every
-request gets its first token early; a gate that holds a whole group until earlier groups finish
-delays that group's first tokens by their decode time (the real kv-bound engine, paper-4g under
-KV pressure: Feather 1.25x vLLM's throughput but TTFT p99 23.8 s against 4.9 s). So by default
-the gate holds the queue at most `MAX_HOLD_STEPS` steps in a row, then lets candidates through
-until a step passes without a refusal. In the simulator with the fitted kv-bound profile that
-keeps Feather's TTFT p99 within 1.34x of FCFS's on every kv-bound row (unbounded: 6.0x) at
-1.04x FCFS's throughput on paper-4g (unbounded: 1.14x); benchmarks/overload.md, "The gate's
-hold, bounded". `max_hold_steps=None` (policy option `kv_hold_steps: null`) holds until the
-KV fits: more throughput, knowingly traded for the tail.
+Holding back costs time to first token: Feather bounds how many steps in a row it may end
+admission early, the gate's refusals included (`policies/hold.py`).
 
 It needs the host's free blocks and running requests (`SchedulerView.free_kv_blocks`,
 `running_kv`, `num_preemptions`). A host without them gets no gate: SGLang, whose own adder
@@ -54,8 +45,6 @@ CLIP_TOKENS = 4096
 INIT_RATIO = 0.7
 MIN_RATIO = INIT_RATIO * 0.14
 DECAY_STEPS = 600
-MAX_HOLD_STEPS = 8
-"""Steps in a row the gate may hold the queue back (see "A bounded hold" in the module doc)."""
 
 
 class KvView(Protocol):
@@ -84,24 +73,15 @@ def _blocks(tokens: float, block_size: int) -> int:
 
 
 class KvGate:
-    """Per-step KV headroom check (see the module doc). `max_hold_steps` bounds how long it
-    may hold one request back (None: until it fits)."""
+    """Per-step KV headroom check (see the module doc)."""
 
-    def __init__(self, max_hold_steps: int | None = MAX_HOLD_STEPS) -> None:
-        if max_hold_steps is not None and max_hold_steps < 0:
-            raise ValueError(f"max_hold_steps must be >= 0 or None, got {max_hold_steps}")
-        self.max_hold_steps = max_hold_steps
+    def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
         self.ratio = INIT_RATIO
         self.refusals = 0
         """Candidates refused this run."""
-        self.overrides = 0
-        """Candidates passed because the gate had held them `max_hold_steps` already."""
-        self._steps = 0
-        self._streak_from: int | None = None
-        self._refused_now = False
         self._preemptions: int | None = None
         self._free: int | None = None
         self._prefill: list[int] = []
@@ -112,10 +92,6 @@ class KvGate:
         """A new step: the running set moved on (read it again when first needed), and the
         estimate of bounded outputs ages or, after a preemption, goes back to 1."""
         self._free = None
-        if not self._refused_now:
-            self._streak_from = None
-        self._refused_now = False
-        self._steps += 1
         seen = getattr(view, "num_preemptions", None)
         if seen is not None and self._preemptions is not None and seen > self._preemptions:
             self.ratio = 1.0
@@ -134,24 +110,12 @@ class KvGate:
         remaining = self._reserve(req.output_len, req.meta.get("firm_output", True))
         bound = self._bound + prefill + _blocks(remaining, bs)
         if bound > self._free and self._peak(prefill, remaining, bs) > self._free:
-            if not self._held_long(request_id):
-                self.refusals += 1
-                return False
-            self.overrides += 1
+            self.refusals += 1
+            return False
         self._prefill.append(prefill)
         self._remaining.append(remaining)
         self._bound = bound
         return True
-
-    def _held_long(self, request_id: str) -> bool:
-        """Whether the gate has been holding the queue back `max_hold_steps` steps in a row
-        (then it passes: a bounded hold, not a wait for KV that may never come)."""
-        if self.max_hold_steps is None:
-            return False
-        if self._streak_from is None:
-            self._streak_from = self._steps
-        self._refused_now = True
-        return self._steps - self._streak_from >= self.max_hold_steps
 
     def _reserve(self, remaining: int, firm: bool) -> int:
         tokens = min(remaining, CLIP_TOKENS)

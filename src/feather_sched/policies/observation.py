@@ -25,6 +25,7 @@ from feather_sched.policies.bandit import ADD, STOP
 from feather_sched.policies.base import SchedulerView, is_decode_step
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.features import DecisionState
+from feather_sched.policies.hold import MAX_HOLD_STEPS
 
 __all__ = [
     "ADD",
@@ -108,8 +109,10 @@ class DelegatedFeather(FeatherPolicy):
     `starvation_admits` count as in FeatherPolicy.
     """
 
-    def __init__(self, max_wait_s: float = 60.0) -> None:
-        super().__init__(max_wait_s=max_wait_s, learn=False)
+    def __init__(
+        self, max_wait_s: float = 60.0, max_hold_steps: int | None = MAX_HOLD_STEPS
+    ) -> None:
+        super().__init__(max_wait_s=max_wait_s, learn=False, max_hold_steps=max_hold_steps)
         self._view: SchedulerView | None = None
         self._throughput = ThroughputTracker()
 

@@ -83,7 +83,9 @@ class _BridgePolicy(DelegatedFeather):
     name = "feather-env"
 
     def __init__(self, max_wait_s: float, to_env: queue.Queue, to_sim: queue.Queue) -> None:
-        super().__init__(max_wait_s=max_wait_s)
+        # The agent's STOPs act unbounded in training (the environment its weights learned
+        # in); the shipped policy bounds its holds at run time (policies/hold.py).
+        super().__init__(max_wait_s=max_wait_s, max_hold_steps=None)
         self._to_env = to_env
         self._to_sim = to_sim
         self._seqs = 0
