@@ -258,3 +258,9 @@ def test_sglang_bench_without_sglang_is_a_clear_error() -> None:
     result = CliRunner().invoke(app, ["sglang-bench", "--repeats", "1"])
     assert result.exit_code == 2
     assert "needs SGLang" in result.output
+    # `bench --engine sglang` too: before any scheduler process, with the install line
+    result = CliRunner().invoke(app, ["bench", "--engine", "sglang"], terminal_width=300)
+    assert result.exit_code == 2 and result.exception is not None
+    assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output
+    assert "--engine sglang needs SGLang" in result.stderr
+    assert "pip install --no-deps sglang==0.5.23" in result.stderr
