@@ -195,8 +195,9 @@ def bench(
     replicas: _BenchReplicas = None,
     routers: _BenchRouters = None,
 ) -> None:
-    """Run every policy on every workload (simulated, or on vLLM); table, JSON and a plot.
-    With --replicas N: every router on a simulated N-replica cluster instead."""
+    """Run the policies (default: 10 of the 13, see --policies) on every workload (simulated,
+    on vLLM or on SGLang's loop); table, JSON and a plot. With --replicas N: every router on
+    a simulated N-replica cluster instead."""
     opts = dict(locals())
     opts["workload"] = optional_names(",".join(workload), "--workload") if workload else None
     opts["policies"] = optional_names(policies, "--policies")

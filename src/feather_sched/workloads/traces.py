@@ -210,22 +210,7 @@ def read_mooncake(
         timestamp = line.seconds("timestamp", unit=1e-3, name="ms")
         input_length = line.integer("input_length", 1)
         output_length = line.integer("output_length", 1)
-        if "hash_ids" not in obj:
-            raise line.error(
-                "hash_ids",
-                f"missing: a Mooncake line needs hash_ids, one id per {block_size}-token "
-                "block of its prompt (equal ids: equal blocks); without them the trace's "
-                "shared prefixes are unknown",
-            )
-        hash_ids = line.int_list("hash_ids", 0)
-        need = -(-input_length // block_size)
-        if hash_ids.size != need:
-            raise line.error(
-                "hash_ids",
-                f"has {hash_ids.size} ids but input_length {input_length} needs "
-                f"ceil({input_length}/{block_size}) = {need} blocks of {block_size} tokens",
-            )
-        ids = [int(h) for h in hash_ids]
+        ids = _hash_ids(line, input_length, block_size)
         prompt = np.concatenate([block(h) for h in ids])[:input_length]
         requests.append(
             Request(
@@ -237,6 +222,26 @@ def read_mooncake(
             )
         )
     return requests
+
+
+def _hash_ids(line: _Line, input_length: int, block_size: int) -> list[int]:
+    """A Mooncake line's block ids: present, one per `block_size` tokens of its prompt."""
+    if "hash_ids" not in line.obj:
+        raise line.error(
+            "hash_ids",
+            f"missing: a Mooncake line needs hash_ids, one id per {block_size}-token "
+            "block of its prompt (equal ids: equal blocks); without them the trace's "
+            "shared prefixes are unknown",
+        )
+    hash_ids = line.int_list("hash_ids", 0)
+    need = -(-input_length // block_size)
+    if hash_ids.size != need:
+        raise line.error(
+            "hash_ids",
+            f"has {hash_ids.size} ids but input_length {input_length} needs "
+            f"ceil({input_length}/{block_size}) = {need} blocks of {block_size} tokens",
+        )
+    return [int(h) for h in hash_ids]
 
 
 # ----------------------------------------------------------------------------- own JSONL
