@@ -12,25 +12,27 @@ REAL_ENGINE_MODEL = "tiny-llama"
 
 
 def common_pairs(a: dict[str, Any], b: dict[str, Any], name_a: str, name_b: str) -> int:
-    """How many (workload, policy) pairs both records hold; a ValueError naming what each
-    holds when none."""
-    pairs_a = {(r["workload"], r["policy"]) for r in a["rows"]}
-    pairs_b = {(r["workload"], r["policy"]) for r in b["rows"]}
-    both = len(pairs_a & pairs_b)
+    """How many rows of B have a counterpart in A (`results.compare_rows`: same workload and
+    name); a ValueError naming what each record holds when none."""
+    from feather_sched.bench.results import compare_rows
+
+    both = len(compare_rows(a["rows"], b["rows"]))
     if not both:
         raise ValueError(
-            f"no (workload, policy) pair in common between {name_a} ({_held(pairs_a)}) and "
-            f"{name_b} ({_held(pairs_b)}); compare records of the same workloads and policies"
+            f"no (workload, policy) pair in common between {name_a} ({_held(a)}) and "
+            f"{name_b} ({_held(b)}); compare records of the same workloads and policies"
         )
     return both
 
 
-def _held(pairs: set[tuple[str, str]]) -> str:
-    if not pairs:
+def _held(record: dict[str, Any]) -> str:
+    from feather_sched.bench.rows import as_rows
+
+    rows = as_rows(record["rows"])
+    if not rows:
         return "no rows"
-    workloads = sorted({w for w, _ in pairs})
-    policies = sorted({p for _, p in pairs})
-    return f"workloads {', '.join(workloads)}; policies {', '.join(policies)}"
+    workloads = ", ".join(sorted({r.workload for r in rows}))
+    return f"workloads {workloads}; policies {', '.join(sorted({r.name for r in rows}))}"
 
 
 def setup(record: dict[str, Any]) -> dict[str, str]:
