@@ -6,7 +6,6 @@ and a run that stops keeps its rows."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,17 @@ from feather_sched.workloads.traces import write_jsonl
 runner = CliRunner()
 
 
+def _unwritable_dir(tmp_path: Path) -> Path:
+    """A folder nobody can create files in, root included (CI may run as root, and root
+    ignores a folder's mode): /proc where there is one (Linux), else a read-only folder."""
+    if Path("/proc").is_dir():
+        return Path("/proc")
+    ro_dir = tmp_path / "ro"
+    ro_dir.mkdir()
+    ro_dir.chmod(0o500)
+    return ro_dir
+
+
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, Path]:
     rng = np.random.default_rng(0)
@@ -31,25 +41,32 @@ def files(tmp_path: Path) -> dict[str, Path]:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     absurd = tmp_path / "absurd.jsonl"
-    write_jsonl(absurd, [Request("a", np.arange(8), 2, 0.0), Request("b", np.arange(8), 2, 1e12)])
-    huge_out = tmp_path / "huge-out.jsonl"
-    write_jsonl(huge_out, [Request("h", np.arange(8), 10**12, 0.0)])
+    write_jsonl(absurd, [Request("a", np.arange(8), 2, 0.0), Request("b", np.arange(8), 2, 1e9)])
+    ancient = tmp_path / "ancient.jsonl"  # 1e12 s: no real trace, a unit error
+    write_jsonl(ancient, [Request("a", np.arange(8), 2, 0.0), Request("b", np.arange(8), 2, 1e12)])
+    huge_out = tmp_path / "huge-out.jsonl"  # over every model's context, a possible output
+    write_jsonl(huge_out, [Request("h", np.arange(8), 10**6, 0.0)])
+    absurd_out = tmp_path / "absurd-out.jsonl"  # over any context there is
+    write_jsonl(absurd_out, [Request("h", np.arange(8), 10**12, 0.0)])
     big_prompt = tmp_path / "big-prompt.jsonl"
     write_jsonl(big_prompt, [Request("p", np.arange(5000) % 1000, 4, 0.0)])
-    ro_dir = tmp_path / "ro"
-    ro_dir.mkdir()
-    ro_dir.chmod(0o500)
+    ro_dir = _unwritable_dir(tmp_path)
+    no_hash = tmp_path / "no-hash.jsonl"  # Mooncake's lengths without its hash_ids
+    no_hash.write_text('{"timestamp": 0, "input_length": 700, "output_length": 4}\n')
     bad_state = tmp_path / "state.json"
     bad_state.write_text("{not json")
     return {
         "good": good,
         "empty": empty,
         "absurd": absurd,
+        "ancient": ancient,
         "huge_out": huge_out,
+        "absurd_out": absurd_out,
         "big_prompt": big_prompt,
         "ro": ro_dir,
         "dir": tmp_path,
         "bad_state": bad_state,
+        "no_hash": no_hash,
     }
 
 
@@ -66,6 +83,9 @@ BAD_BENCH = [
     (["!", "-w", "trace:/nonexistent/t.jsonl"], 2, "not found"),
     (["!", "-w", "trace:{empty}"], 2, "no requests"),
     (["!", "-w", "trace:{absurd}"], 2, "span"),
+    (["!", "-w", "trace:{ancient}"], 2, "1e+12 s is over 1e+10 s"),
+    (["!", "-w", "trace:{absurd_out}"], 2, "over any model's context"),
+    (["!", "-w", "trace:{absurd_out}", "--drop-overlong"], 2, "1,000,000,000,000 is over"),
     (["!", "-w", "trace:{huge_out}"], 2, "context"),
     (["!", "-w", "trace:{huge_out}", "--model", "tiny-llama"], 2, "context"),
     (["!", "-w", "trace:{big_prompt}", "--num-kv-blocks", "8"], 2, "--num-kv-blocks"),
@@ -84,7 +104,11 @@ BAD_BENCH = [
     (["!", "-w", "nope-workload"], 2, "paper-100g"),  # the suite's names are listed too
     (["!", "-w", "trace:{dir}"], 2, "is a directory"),
     (["--json", "/proc/feather-nope.json"], 2, "cannot write"),  # writable for root by mode
-    (["--engine", "gpu"], 2, "gpu"),
+    (["--engine", "gpu"], 2, "valid: sim, vllm, sglang"),
+    (["--engine", "trt", "--limit", "20"], 2, "--engine 'trt': no such engine"),
+    (["--engine", "sglang", "--json", "/proc/feather-nope.json"], 2, "cannot write"),
+    (["!", "-w", "trace:{no_hash}"], 2, "needs hash_ids"),
+    (["!", "-w", "shared-prefix", "--rate-scale", "3"], 2, "--rate-scale 3 changes nothing"),
     (["--arrival", "poisson:-3"], 2, "poisson"),
     (["--arrival", "poisson:abc"], 2, "poisson:abc"),
     (["--arrival", "sometimes"], 2, "sometimes"),
@@ -133,8 +157,6 @@ def _expand(args: list[str], files: dict[str, Path]) -> list[str]:
 def test_bad_bench_input_is_a_clean_error(
     args: list[str], code: int, text: str, files: dict[str, Path], tmp_path: Path
 ) -> None:
-    if "{ro}" in " ".join(args) and os.geteuid() == 0:
-        pytest.skip("running as root: a read-only folder is still writable")
     out, png = tmp_path / "o.json", tmp_path / "o.png"
     defaults = ["--json", str(out), "--plot", str(png)]
     if args and args[0] == "!":

@@ -85,6 +85,42 @@ def test_show_and_compare_read_the_record(record) -> None:
     assert "1.000x" in cmp.stdout and "hrrn" in cmp.stdout
 
 
+def test_compare_refuses_records_with_nothing_in_common_and_warns_on_setups(
+    record, tmp_path: Path
+) -> None:
+    out, _, _ = record
+    payload = json.loads(out.read_text())
+    other = {**payload, "rows": [{**r, "workload": "elsewhere"} for r in payload["rows"]]}
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    result = runner.invoke(app, ["compare", str(out), str(tmp_path / "other.json")])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "no (workload, policy) pair in common" in result.stderr
+    assert "workloads elsewhere; policies fcfs, feather, hrrn" in result.stderr
+    config = {**payload["config"], "hardware": "a100", "model": "qwen2.5-7b"}
+    (tmp_path / "a100.json").write_text(json.dumps({**payload, "config": config}))
+    result = runner.invoke(app, ["compare", str(out), str(tmp_path / "a100.json")])
+    assert result.exit_code == 0 and "1.000x" in result.stdout
+    warning = "warning: A and B differ in hardware (h200 vs a100), model (llama-3.1-8b vs "
+    assert result.stderr.startswith(warning) and len(result.stderr.splitlines()) == 1
+    same = runner.invoke(app, ["compare", str(out), str(out)])
+    assert same.exit_code == 0 and same.stderr == ""
+
+
+def test_rate_scale_on_an_all_at_once_workload_is_not_silent(tmp_path: Path) -> None:
+    """Refused when it would change no workload; a note naming the ones it leaves alone
+    when it changes some."""
+    trace = _trace(tmp_path / "t.jsonl", n=6)
+    args = ["bench", "--policies", "fcfs", "--limit", "4", "--rate-scale", "2"]
+    args += ["--json", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")]
+    result = runner.invoke(app, [*args, "-w", f"trace:{trace},shared-prefix"])
+    assert result.exit_code == 0, result.output
+    note = "note: --rate-scale 2 leaves shared-prefix unchanged: its requests all arrive at once"
+    assert note in result.stderr
+    refused = runner.invoke(app, [*args, "-w", "shared-prefix", "--json", str(tmp_path / "x")])
+    assert refused.exit_code == 2 and "--rate-scale 2 changes nothing" in refused.stderr
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.mark.parametrize(
     "args, text",
     [

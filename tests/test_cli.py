@@ -123,6 +123,30 @@ def test_trace_stats_refuses_what_it_cannot_use(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "cannot write" in result.output
 
 
+def test_trace_write_turns_a_workload_into_a_trace(tmp_path: Path) -> None:
+    from feather_sched.workloads.traces import read_trace
+
+    out = tmp_path / "t.jsonl"
+    args = ["trace", "write", "shared-prefix", str(out), "--arrival", "poisson:20"]
+    result = runner.invoke(app, [*args, "--limit", "40", "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    requests = read_trace(out)
+    assert len(requests) == 40 and len({r.arrival_time for r in requests}) == 40
+    outputs = ["--json", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")]
+    replay = ["bench", "-w", f"trace:{out}", "--rate-scale", "2", "--policies", "fcfs"]
+    bench = runner.invoke(app, [*replay, *outputs])
+    assert bench.exit_code == 0, bench.output
+    for bad, text in [
+        (["nope", str(tmp_path / "x.jsonl")], "unknown workload 'nope'; valid names: shared"),
+        (["shared-prefix", "/proc/x.jsonl"], "OUT /proc/x.jsonl: cannot write"),
+        (["shared-prefix", str(tmp_path / "y.jsonl"), "--arrival", "soon"], "'soon'"),
+        ([f"trace:{out}", str(tmp_path / "z.jsonl"), "--arrival", "all"], "keeps its own"),
+    ]:
+        result = runner.invoke(app, ["trace", "write", *bad], terminal_width=300)
+        assert result.exit_code == 2 and text in result.stderr, (bad, result.output)
+    assert not (tmp_path / "x.jsonl").exists() and not (tmp_path / "y.jsonl").exists()
+
+
 def test_train_uses_the_suites_engine_settings() -> None:
     from feather_sched.cli.train import _suite_max_num_seqs
 
@@ -258,3 +282,9 @@ def test_sglang_bench_without_sglang_is_a_clear_error() -> None:
     result = CliRunner().invoke(app, ["sglang-bench", "--repeats", "1"])
     assert result.exit_code == 2
     assert "needs SGLang" in result.output
+    # `bench --engine sglang` too: before any scheduler process, with the install line
+    result = CliRunner().invoke(app, ["bench", "--engine", "sglang"], terminal_width=300)
+    assert result.exit_code == 2 and result.exception is not None
+    assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output
+    assert "--engine sglang needs SGLang" in result.stderr
+    assert "pip install --no-deps sglang==0.5.23" in result.stderr

@@ -13,7 +13,7 @@ from feather_sched.policies.kv_gate import CLIP_TOKENS, INIT_RATIO, MIN_RATIO, K
 from feather_sched.policies.registry import make_policy
 from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
+from feather_sched.sim.engine import SimulationError, simulate
 from feather_sched.workloads.presets import build_workload
 
 running_sets = st.lists(
@@ -144,3 +144,45 @@ def test_gate_leaves_an_unpressured_run_alone() -> None:
     gated = _kv_pressure(make_policy("feather"), blocks=8192)
     assert gated.summary()["kv_refusals"] == 0
     assert gated.output_tok_s == ungated.output_tok_s
+
+
+BLOCK = 16
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    pool=st.integers(6, 40),  # KV blocks of 16 tokens
+    big=st.tuples(st.integers(1, 900), st.integers(1, 400)),  # prompt, output tokens
+    others=st.lists(
+        st.tuples(st.integers(1, 60), st.integers(1, 30), st.floats(0, 0.5)), max_size=6
+    ),
+    big_at=st.floats(0, 0.5),
+    shared=st.integers(0, 2),  # blocks of prefix the big request shares with the others
+)
+def test_a_request_larger_than_the_kv_pool_is_an_error_or_served(
+    pool: int, big: tuple[int, int], others: list, big_at: float, shared: int
+) -> None:
+    """Under feather's KV gate a request whose prompt + output cannot fit the whole pool
+    (the gate refuses it for ever, so only the host's never-stall rule admits it) gets a
+    clear error naming it; one that fits is served. Never a hang (max_steps would say so),
+    never a request dropped or served twice. The others each fit the pool alone."""
+    prefix = list(range(1, 1 + shared * BLOCK))
+    reqs = [
+        Request(f"o{i}", prefix + [1000 + 100 * i + k for k in range(n)], out, at)
+        for i, (n, out, at) in enumerate(others)
+        if len(prefix) + n + out <= pool * BLOCK
+    ]
+    prompt = (prefix + [50_000 + k for k in range(big[0])])[: max(big[0], 1)]
+    reqs.append(Request("big", prompt, big[1], big_at))
+    engine = EngineConfig(block_size=BLOCK, num_kv_blocks=pool, max_num_seqs=4, max_steps=20_000)
+    policy = make_policy("feather", max_wait_s=0.05)
+    too_big = len(prompt) + big[1] - 1 > pool * BLOCK  # the last token's KV is never stored
+    try:
+        result = simulate(reqs, policy, StepCostModel("h100-free-l2", "llama-3-8b"), engine)
+    except SimulationError as err:
+        assert too_big, err  # only the request that cannot fit may stop the run
+        assert "request 'big'" in str(err) and "does not fit in an empty KV cache" in str(err)
+        return
+    assert not too_big, "a request larger than the pool was served"
+    finished = sorted((r.request_id, r.output_len) for r in result.records)
+    assert finished == sorted((r.request_id, r.output_len) for r in reqs)

@@ -608,6 +608,7 @@ def test_hrrn_reentry_resnapshots_and_reset_clears() -> None:
     assert policy.processed_tokens == 0
 
 
+@pytest.mark.sglang
 def test_hrrn_matches_sglang_sort() -> None:
     """The same queue through SGLang 0.5.23's own `_sort_by_hrrn` (when SGLang is here)."""
     from types import SimpleNamespace
@@ -660,6 +661,7 @@ def test_shortest_prefill_first_order_and_no_fallback() -> None:
     assert got[0] == "r129"  # still sorted above 128 waiting
 
 
+@pytest.mark.sglang
 def test_shortest_prefill_first_matches_sglang_sort() -> None:
     from types import SimpleNamespace
 

@@ -13,10 +13,12 @@ import time
 import numpy as np
 import pytest
 
+from requires import require
+
 pytestmark = pytest.mark.ray
 
-ray = pytest.importorskip("ray")
-serve = pytest.importorskip("ray.serve")
+ray = require("ray", "ray", "needs Ray Serve: pip install -e '.[ray]'")
+serve = require("ray.serve", "ray", "needs Ray Serve: pip install -e '.[ray]'")
 
 from ray.serve.config import RequestRouterConfig  # noqa: E402
 

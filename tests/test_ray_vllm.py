@@ -10,26 +10,19 @@ replica.
 
 from __future__ import annotations
 
-import importlib
 import os
 
 import numpy as np
 import pytest
 
+from requires import require
+
 pytestmark = [pytest.mark.ray, pytest.mark.vllm]
 
 
-def _require(module: str, reason: str):
-    """Import `module`, or skip with `reason`. FEATHER_REQUIRE_RAY_VLLM=1 makes a missing one
-    a failure, for CI: the step that installs both extras must not pass on a skip."""
-    if os.environ.get("FEATHER_REQUIRE_RAY_VLLM") == "1":
-        return importlib.import_module(module)
-    return pytest.importorskip(module, reason=reason)
-
-
-ray = _require("ray", "needs Ray Serve: pip install -e '.[ray]'")
-serve = _require("ray.serve", "needs Ray Serve: pip install -e '.[ray]'")
-_require("vllm", "needs the real vLLM engine: pip install -e '.[vllm]' (see pyproject)")
+ray = require("ray", "ray", "needs Ray Serve: pip install -e '.[ray]'")
+serve = require("ray.serve", "ray", "needs Ray Serve: pip install -e '.[ray]'")
+require("vllm", "vllm", "needs the real vLLM engine: pip install -e '.[vllm]' (see pyproject)")
 
 from ray.serve.config import RequestRouterConfig  # noqa: E402
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from feather_sched import Request
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.feather import FeatherPolicy
+from feather_sched.policies.registry import make_policy
 from feather_sched.policies.starvation import StarvationGuard
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.engine import simulate
@@ -111,3 +113,69 @@ def test_backlog_keeps_the_policy_in_charge() -> None:
     assert max(r.ttft for r in result.records) > 0.5  # the guard had work to do
     assert 0 < policy.starvation_admits <= 1 + 0.25 * len(reqs)
     assert row["forced_admissions"] >= row["starvation_admits"] == policy.starvation_admits
+
+
+# ------------------------------------------------------------ continuous arrivals: the bound
+
+
+def _stream(seed: int, rate: float, n: int, loners: int, groups: int) -> list[Request]:
+    """Poisson arrivals at `rate` req/s, mostly of one hot prefix group (the rest of
+    `groups` others), plus `loners` requests sharing nothing, arriving in the first half:
+    the requests a prefix order keeps putting last while the hot group keeps coming."""
+    rng = np.random.default_rng(seed)
+    prefixes = [rng.integers(0, 30_000, 1024) for _ in range(groups)]
+    times = np.cumsum(rng.exponential(1 / rate, n))
+    reqs = []
+    for i in range(n):
+        prefix = prefixes[int(rng.integers(groups)) if rng.random() < 0.3 else 0]
+        prompt = np.r_[prefix, rng.integers(0, 30_000, 16)]
+        reqs.append(Request(f"g{i:04d}", prompt, int(rng.integers(16, 96)), float(times[i])))
+    for j, at in enumerate(rng.uniform(0, times[-1] / 2, loners)):
+        reqs.append(Request(f"l{j}", rng.integers(0, 30_000, int(rng.integers(64, 1024))), 64, at))
+    return reqs
+
+
+def _max_wait(reqs: list[Request], policy, max_num_seqs: int) -> float:
+    """The longest wait to a first token of the run."""
+    engine = EngineConfig(max_num_seqs=max_num_seqs, num_kv_blocks=3000)
+    return max(r.ttft for r in simulate(reqs, policy, COST, engine).records)
+
+
+def wait_bound(max_wait_s: float, share: float, wait_factor: float, fcfs_wait: float) -> float:
+    """What the guard promises: a request is over-age after max(max_wait_s, wait_factor x
+    the mean wait) <= max_wait_s + wait_factor x FCFS's longest wait; from then on the
+    over-age requests move, in age order, at one admission per ceil(1 / share) of the
+    policy's own, i.e. no slower than FCFS's queue divided by that."""
+    return max_wait_s + (wait_factor + math.ceil(1 / share)) * fcfs_wait
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    rate=st.floats(10, 150),
+    max_wait_s=st.sampled_from([0.5, 2.0]),
+    share=st.sampled_from([0.1, 0.25, 0.5]),
+    wait_factor=st.sampled_from([0.0, 1.0]),
+    groups=st.integers(1, 3),
+    max_num_seqs=st.sampled_from([8, 32]),
+)
+def test_the_oldest_wait_is_bounded_under_continuous_arrivals(
+    seed, rate, max_wait_s, share, wait_factor, groups, max_num_seqs
+) -> None:
+    """Under load from light to overloaded, no request waits longer under feather than the
+    guard's bound over FCFS's longest wait on the same arrivals."""
+    reqs = _stream(seed, rate, 200, 4, groups)
+    fcfs = _max_wait(reqs, make_policy("fcfs"), max_num_seqs)
+    policy = FeatherPolicy(max_wait_s=max_wait_s, starvation_share=share, wait_factor=wait_factor)
+    assert _max_wait(reqs, policy, max_num_seqs) <= wait_bound(max_wait_s, share, wait_factor, fcfs)
+
+
+def test_without_the_guard_the_bound_fails() -> None:
+    """The bound has teeth: with the guard effectively off, requests of no group wait while
+    the hot group keeps arriving (most of the run); with it they wait what FCFS waits."""
+    reqs = _stream(0, 30.0, 600, 2, 1)  # the hot group keeps 8 slots busy for 20 s
+    fcfs = _max_wait(reqs, make_policy("fcfs"), 8)  # 3.1 s
+    bound = wait_bound(1.0, 0.25, 0.0, fcfs)  # 13.2 s
+    guarded = FeatherPolicy(max_wait_s=1.0, starvation_share=0.25, wait_factor=0.0)
+    assert _max_wait(reqs, guarded, 8) <= bound  # 3.1 s
+    assert _max_wait(reqs, FeatherPolicy(max_wait_s=1e9), 8) > bound  # 21.4 s

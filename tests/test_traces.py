@@ -191,6 +191,15 @@ def test_trace_workload_on_mooncake() -> None:
         (mc_line(hash_ids=[1, "x"]), "hash_ids[1]", "expected an integer"),
         (mc_line(hash_ids=[1, -2]), "hash_ids[1]", "must be >= 0"),
         (mc_line(hash_ids=[1, 2**70]), "hash_ids[1]", "out of range"),
+        (
+            json.dumps({"timestamp": 0, "input_length": 10, "output_length": 1}),
+            "hash_ids",
+            "missing: a Mooncake line needs hash_ids, one id per 512-token block",
+        ),
+        # magnitudes no real trace has, each refused with the reason
+        (mc_line(input_length=10**9), "input_length", "over 10,000,000 tokens"),
+        (mc_line(output_length=10**8), "output_length", "over any model's context"),
+        (mc_line(timestamp=1e14), "timestamp", "1e+14 ms is over 1e+13 ms: centuries"),
     ],
 )
 def test_mooncake_malformed_lines(
@@ -313,6 +322,8 @@ def jl(**fields) -> str:
         (jl(group=3), "group", "expected a string or null"),
         (jl(meta=[1]), "meta", "expected an object"),
         (jl(output_length=3), "output_length", "unknown field"),
+        (jl(output_len=10**12), "output_len", "1,000,000,000,000 is over 10,000,000 tokens"),
+        (jl(arrival=1.7e12), "arrival", "1.7e+12 s is over 1e+10 s"),  # ms since 1970
         (jl(id="first"), "id", "duplicate id 'first' (first used on line 1)"),
     ],
 )
@@ -326,6 +337,26 @@ def test_jsonl_malformed_lines(tmp_path: Path, line: str, field: str | None, pro
     assert problem in message
     if field is not None:
         assert f"field {field!r}" in message
+
+
+def test_a_mooncake_trace_without_hash_ids_says_so(tmp_path: Path) -> None:
+    """Read as Mooncake (its fields, none of ours), so the message names the missing
+    hash_ids instead of calling input_length an unknown JSONL field."""
+    path = write_lines(tmp_path / "lengths.jsonl", ['{"timestamp": 0, "input_length": 700, '
+                                                    '"output_length": 4}'])  # fmt: skip
+    assert detect_format(path) == "mooncake"
+    with pytest.raises(TraceFormatError, match="field 'hash_ids': missing: a Mooncake line"):
+        read_trace(path)
+    assert detect_format(write_lines(tmp_path / "own.jsonl", [jl(timestamp=3)])) == "jsonl"
+
+
+def test_a_prompt_no_model_can_hold_is_refused(tmp_path: Path, monkeypatch) -> None:
+    from feather_sched.workloads import traces
+
+    monkeypatch.setattr(traces, "MAX_TRACE_TOKENS", 4)  # 10M tokens would be a 80 MB line
+    path = write_lines(tmp_path / "long.jsonl", [jl(prompt=[1, 2, 3, 4, 5])])
+    with pytest.raises(TraceFormatError, match="field 'prompt': 5 tokens is over 4: over any"):
+        read_jsonl(path)
 
 
 def test_jsonl_null_group_and_blank_lines(tmp_path: Path) -> None:

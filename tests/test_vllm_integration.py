@@ -17,6 +17,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from requires import require
+
 pytestmark = pytest.mark.vllm
 
 # One unbound OMP thread (before torch loads): steadier on a small shared machine; see
@@ -25,8 +27,8 @@ if importlib.util.find_spec("vllm") is not None:
     for _key, _value in {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}.items():
         os.environ.setdefault(_key, _value)
 
-vllm = pytest.importorskip(
-    "vllm", reason="needs the real vLLM engine: pip install -e '.[vllm]' (see pyproject)"
+vllm = require(
+    "vllm", "vllm", "needs the real vLLM engine: pip install -e '.[vllm]' (see pyproject)"
 )
 
 from vllm import LLM, SamplingParams  # noqa: E402

@@ -33,6 +33,7 @@ from feather_sched.bench.suite import (
     PreparedWorkload,
     prepare_workloads,
     run_bench,
+    unscaled_workloads,
 )
 from feather_sched.cost import load_hardware
 
@@ -153,6 +154,14 @@ class SimBench:
         finally:
             if status is not None:
                 status.stop()
+        unscaled = unscaled_workloads(spec, prepared)
+        if unscaled:  # some workloads do scale (else prepare_workloads refused): say which not
+            print(
+                f"note: --rate-scale {spec.rate_scale:g} leaves {', '.join(unscaled)} "
+                "unchanged: its requests all arrive at once",
+                file=sys.stderr,
+                flush=True,
+            )
         return cls(spec, json_out, plot, prepared, costs)
 
     def title(self) -> str:

@@ -4,6 +4,7 @@ policy), SGLang's own fcfs / lpm / dfs-weight beside Feather's policies through 
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -13,6 +14,12 @@ from feather_sched.bench.sglang_engine import serve
 from feather_sched.bench.sglang_spec import ServeRequest, ServeSpec
 from feather_sched.bench.tiny_llama import ENGINE_MODELS, TinyLlamaSpec
 
+SGLANG_INSTALL = (
+    "pip install torch==2.13.0 && pip install --no-deps sglang==0.5.23 && "
+    "pip install -e '.[sglang]' (from a source checkout; see the 'sglang' extra in "
+    "pyproject.toml)"
+)
+"""How to install SGLang for the CPU bench (sglang pins CUDA packages: hence --no-deps)."""
 SGLANG_POLICIES = ("fcfs", "lpm", "dfs-weight")
 """SGLang's own `--schedule-policy` names the bench runs with the plugin off (under
 `--engine sglang` these names mean SGLang's code, not Feather's reimplementations)."""
@@ -57,7 +64,7 @@ class SGLangBenchSpec:
         from feather_sched.bench.vllm_engine import ENGINE_SCALES, engine_scale
         from feather_sched.policies.registry import policy_names
 
-        valid = [*SGLANG_POLICIES, *policy_names()]
+        valid = list(dict.fromkeys([*SGLANG_POLICIES, *policy_names()]))
         bad = [p for p in self.policies if p not in valid]
         if bad:
             raise ValueError(f"unknown policies {bad} for --engine sglang; valid: {valid}")
@@ -229,6 +236,16 @@ def _run_row(run: dict[str, Any], requests) -> dict[str, Any]:
     }
 
 
+def require_sglang() -> None:
+    """A RuntimeError saying how to install SGLang when it is missing, or not a supported
+    release; checked before any scheduler process starts."""
+    if importlib.util.find_spec("sglang") is None:
+        raise RuntimeError(f"--engine sglang needs SGLang, not installed here: {SGLANG_INSTALL}")
+    from feather_sched.integrations.versions import check_engine_version
+
+    check_engine_version("sglang")
+
+
 def bench_from_cli(
     *,
     workloads: Sequence[str],
@@ -254,6 +271,8 @@ def bench_from_cli(
         seed=seed,
         policy_state=policy_state,
     )
+    spec.validate()
+    require_sglang()
     rows = run_sglang_bench(spec, on_progress)
     hardware, cost_model = spec.cost_profiles()
     title = (

@@ -328,7 +328,21 @@ def prepare_workloads(spec: BenchSpec, cost: StepCostModel) -> dict[str, Prepare
         )
         params["max_num_seqs"] = engine.max_num_seqs
         prepared[key] = PreparedWorkload(requests, dropped, params, wname, rate)
+    unscaled = unscaled_workloads(spec, prepared)
+    if unscaled and len(unscaled) == len(prepared):
+        raise ValueError(
+            f"--rate-scale {spec.rate_scale:g} changes nothing: every request of "
+            f"{', '.join(unscaled)} arrives at the same time; give generated workloads "
+            "arrivals to scale (--arrival poisson:RATE or bursts:SIZE:INTERVAL), or a trace"
+        )
     return prepared
+
+
+def unscaled_workloads(spec: BenchSpec, prepared: dict[str, PreparedWorkload]) -> list[str]:
+    """The workloads `--rate-scale` leaves as they were: all their requests arrive at once."""
+    if spec.rate_scale is None or spec.rate_scale == 1:
+        return []
+    return [k for k, p in prepared.items() if len({r.arrival_time for r in p.requests}) < 2]
 
 
 def run_bench(

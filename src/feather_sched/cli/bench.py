@@ -195,21 +195,20 @@ def bench(
     replicas: _BenchReplicas = None,
     routers: _BenchRouters = None,
 ) -> None:
-    """Run every policy on every workload (simulated, or on vLLM); table, JSON and a plot.
-    With --replicas N: every router on a simulated N-replica cluster instead."""
+    """Run the policies (default: 10 of the 13, see --policies) on every workload (simulated,
+    on vLLM or on SGLang's loop); table, JSON and a plot. With --replicas N: every router on
+    a simulated N-replica cluster instead."""
     opts = dict(locals())
     opts["workload"] = optional_names(",".join(workload), "--workload") if workload else None
     opts["policies"] = optional_names(policies, "--policies")
+    if engine not in ENGINES:
+        fail(ValueError(f"--engine {engine!r}: no such engine; valid: {', '.join(ENGINES)}"))
     if engine != "sim":
         _refuse_sim_only(opts)
     if engine == "vllm":
         return _bench_vllm(_vllm_spec(opts), json_out, plot)
     if engine == "sglang":
         return _bench_sglang(opts, json_out, plot)
-    if engine != "sim":
-        raise typer.BadParameter(
-            f"expected sim, vllm or sglang, got {engine!r}", param_hint="--engine"
-        )
     try:
         spec = _sim_spec(opts)
     except ValueError as err:
@@ -221,6 +220,8 @@ def bench(
     _bench_sim(spec, json_out, plot)
 
 
+ENGINES = ("sim", "vllm", "sglang")
+"""What --engine takes."""
 SIM_ONLY = (
     "arrival",
     "rate_scale",
@@ -341,9 +342,12 @@ def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
 
 def _bench_sglang(opts: dict[str, Any], json_out: Path, plot: Path) -> None:
     """`feather bench --engine sglang`: SGLang's real scheduler loop (bench/sglang_engine.py)."""
+    from feather_sched.bench.output import check_output_path, check_plot_path
     from feather_sched.bench.sglang_bench import BENCH_NOTE, bench_from_cli
 
     try:
+        check_output_path(json_out, "--json")
+        check_plot_path(plot)
         with console.status("sglang bench") as status:
             rows, title, config = bench_from_cli(
                 workloads=opts["workload"] or [],
@@ -357,7 +361,7 @@ def _bench_sglang(opts: dict[str, Any], json_out: Path, plot: Path) -> None:
                 policy_state=opts["policy_state"],
                 on_progress=lambda label: status.update(label),
             )
-    except (ValueError, RuntimeError, FileNotFoundError) as err:
+    except (ValueError, RuntimeError, OSError) as err:
         fail(err)
     _report_bench(rows, title, config, json_out, plot)
     console.print(f"[dim]{BENCH_NOTE}[/dim]")
@@ -416,7 +420,9 @@ def sglang_bench_cmd(ctx: typer.Context) -> None:
     lpm / dfs-weight vs Feather. Options: --sizes 128,1000,10000 --repeats 5 --passes 32
     --seed 0 --json FILE (--help for the list)."""
     if importlib.util.find_spec("sglang") is None:
-        fail(RuntimeError("sglang-bench needs SGLang: see the 'sglang' extra in pyproject.toml"))
+        from feather_sched.bench.sglang_bench import SGLANG_INSTALL
+
+        fail(RuntimeError(f"sglang-bench needs SGLang, not installed here: {SGLANG_INSTALL}"))
     from feather_sched.bench.sglang_pass import main as sglang_pass
 
     raise typer.Exit(sglang_pass(list(ctx.args)))

@@ -72,9 +72,14 @@ def compare_cmd(
 ) -> None:
     """Two saved bench records side by side: each (workload, policy) in both, B / A."""
     from feather_sched.bench.results import compare_text, read_record
+    from feather_sched.cli.compare_checks import common_pairs, setup_warning
 
     try:
         ra, rb = read_record(a), read_record(b)
+        common_pairs(ra, rb, str(a), str(b))
     except ValueError as err:
         fail(err)
+    warning = setup_warning(ra, rb)
+    if warning is not None:
+        print(warning, file=sys.stderr)
     print(compare_text(ra["rows"], rb["rows"], str(a), str(b)))

@@ -52,3 +52,43 @@ def trace_stats_cmd(
     if json_out is not None:
         write_json(json_out, asdict(stats))
         console.print(f"wrote {json_out}")
+
+
+@trace_app.command("write")
+def trace_write_cmd(
+    workload: Annotated[
+        str,
+        typer.Argument(help="A `feather bench` workload (`feather list workloads`) or trace:PATH."),
+    ],
+    out: Annotated[Path, typer.Argument(help="The trace file to write (Feather JSONL).")],
+    seed: Annotated[int, typer.Option(min=0, help="Workload seed.")] = 0,
+    arrival: Annotated[
+        str | None,
+        typer.Option(
+            help="Arrival process: all, poisson:RATE (requests/s) or bursts:SIZE:INTERVAL. "
+            "Default: the workload's own. Not for traces."
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Keep the first N requests (by arrival).")
+    ] = None,
+) -> None:
+    """A workload as a trace file (Feather JSONL: token ids, arrival, output length) that
+    `feather bench -w trace:FILE` replays and `feather trace stats` reads; a Mooncake trace
+    (trace:PATH) comes out with its hash ids turned into tokens."""
+    from feather_sched.bench.output import check_output_path
+    from feather_sched.bench.suite import BenchSpec, build_bench_workload
+    from feather_sched.workloads.traces import TraceFormatError, write_jsonl
+
+    spec = BenchSpec(workloads=[workload], seed=seed, arrival=arrival, limit=limit)
+    try:
+        check_output_path(out, "OUT")
+        spec.validate()
+        with console.status(f"building {workload}"):
+            requests, _ = build_bench_workload(workload, spec)
+        if not requests:
+            raise ValueError(f"workload {workload!r} has no requests to write")
+        write_jsonl(out, requests)
+    except (TraceFormatError, ValueError, OSError) as err:
+        fail(err)
+    console.print(f"wrote {len(requests):,} requests of {workload} to {out}")

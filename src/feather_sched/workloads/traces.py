@@ -15,6 +15,11 @@ back the same requests in the same order (floats round-trip through repr).
 Both readers check every line and raise TraceFormatError naming the file, the
 1-based line number and the field. Lines holding only whitespace are skipped;
 nothing else is. Readers keep file order (they do not sort by arrival).
+
+Values no real trace holds are refused with the reason, since each one alone is
+legal but a run on it means nothing (0 tok/s, or a run that never ends): a prompt
+or output over `MAX_TRACE_TOKENS` (beyond any model's context), an arrival over
+`MAX_TRACE_SECONDS` (centuries: a unit error, e.g. ns read as s).
 """
 
 from __future__ import annotations
@@ -45,6 +50,15 @@ __all__ = [
 INT32_MAX = int(np.iinfo(np.int32).max)
 MOONCAKE_BLOCK_SIZE = 512
 JSONL_FIELDS = frozenset({"id", "arrival", "output_len", "prompt", "group", "meta"})
+MOONCAKE_FIELDS = frozenset({"timestamp", "input_length", "output_length", "hash_ids"})
+MAX_TRACE_TOKENS = 10_000_000
+"""Most tokens a trace's prompt or output may hold: 10M, the longest context any model
+serves (Llama 4 Scout); more is a broken trace, not a workload."""
+MAX_TRACE_SECONDS = 1e10
+"""Latest arrival a trace may give, in seconds (~317 years; Unix time now is ~1.8e9 s):
+beyond it the timestamps are in another unit."""
+_TOO_LONG = "over any model's context; no real trace holds one"
+_TOO_LATE = "centuries; are the timestamps in another unit (ms, us, ns)?"
 
 
 class TraceFormatError(ValueError):
@@ -108,20 +122,28 @@ class _Line:
             raise self.error(field, "missing")
         return self.obj[field]
 
-    def integer(self, field: str, minimum: int) -> int:
+    def integer(self, field: str, minimum: int, maximum: int = MAX_TRACE_TOKENS) -> int:
+        """An integer in [minimum, maximum] (default: a token count no real trace exceeds)."""
         value = self.get(field)
         if type(value) is not int:
             raise self.error(field, f"expected an integer, got {_type_name(value)} {value!r}")
         if value < minimum:
             raise self.error(field, f"must be >= {minimum}, got {value}")
+        if value > maximum:
+            raise self.error(field, f"{value:,} is over {maximum:,} tokens: {_TOO_LONG}")
         return value
 
-    def seconds(self, field: str) -> float:
+    def seconds(self, field: str, unit: float = 1.0, name: str = "s") -> float:
+        """A time >= 0 in units of `unit` seconds called `name` (Mooncake: 1e-3, "ms"), at
+        most MAX_TRACE_SECONDS."""
         value = self.get(field)
         if type(value) not in (int, float):
             raise self.error(field, f"expected a number, got {_type_name(value)} {value!r}")
         if not math.isfinite(value) or value < 0:
             raise self.error(field, f"must be finite and >= 0, got {value}")
+        if value * unit > MAX_TRACE_SECONDS:
+            limit = MAX_TRACE_SECONDS / unit
+            raise self.error(field, f"{value:.4g} {name} is over {limit:.0e} {name}: {_TOO_LATE}")
         return float(value)
 
     def int_list(self, field: str, minimum: int, maximum: int | None = None) -> np.ndarray:
@@ -185,18 +207,10 @@ def read_mooncake(
     requests: list[Request] = []
     for lineno, obj in _records(path, limit):
         line = _Line(path, lineno, obj)
-        timestamp = line.seconds("timestamp")
+        timestamp = line.seconds("timestamp", unit=1e-3, name="ms")
         input_length = line.integer("input_length", 1)
         output_length = line.integer("output_length", 1)
-        hash_ids = line.int_list("hash_ids", 0)
-        need = -(-input_length // block_size)
-        if hash_ids.size != need:
-            raise line.error(
-                "hash_ids",
-                f"has {hash_ids.size} ids but input_length {input_length} needs "
-                f"ceil({input_length}/{block_size}) = {need} blocks of {block_size} tokens",
-            )
-        ids = [int(h) for h in hash_ids]
+        ids = _hash_ids(line, input_length, block_size)
         prompt = np.concatenate([block(h) for h in ids])[:input_length]
         requests.append(
             Request(
@@ -208,6 +222,26 @@ def read_mooncake(
             )
         )
     return requests
+
+
+def _hash_ids(line: _Line, input_length: int, block_size: int) -> list[int]:
+    """A Mooncake line's block ids: present, one per `block_size` tokens of its prompt."""
+    if "hash_ids" not in line.obj:
+        raise line.error(
+            "hash_ids",
+            f"missing: a Mooncake line needs hash_ids, one id per {block_size}-token "
+            "block of its prompt (equal ids: equal blocks); without them the trace's "
+            "shared prefixes are unknown",
+        )
+    hash_ids = line.int_list("hash_ids", 0)
+    need = -(-input_length // block_size)
+    if hash_ids.size != need:
+        raise line.error(
+            "hash_ids",
+            f"has {hash_ids.size} ids but input_length {input_length} needs "
+            f"ceil({input_length}/{block_size}) = {need} blocks of {block_size} tokens",
+        )
+    return [int(h) for h in hash_ids]
 
 
 # ----------------------------------------------------------------------------- own JSONL
@@ -278,6 +312,10 @@ def read_jsonl(path: str | os.PathLike, *, limit: int | None = None) -> list[Req
         prompt = line.int_list("prompt", 0, INT32_MAX)
         if prompt.size == 0:
             raise line.error("prompt", "must hold at least one token")
+        if prompt.size > MAX_TRACE_TOKENS:
+            raise line.error(
+                "prompt", f"{prompt.size:,} tokens is over {MAX_TRACE_TOKENS:,}: {_TOO_LONG}"
+            )
         group = obj.get("group")
         if group is not None and not isinstance(group, str):
             raise line.error("group", f"expected a string or null, got {_type_name(group)}")
@@ -301,10 +339,14 @@ def read_jsonl(path: str | os.PathLike, *, limit: int | None = None) -> list[Req
 
 
 def detect_format(path: str | os.PathLike) -> str | None:
-    """ "mooncake" if the first non-blank line has a top-level "hash_ids", "jsonl" if it
-    is any other object, None for a file with no non-blank line."""
+    """ "mooncake" if the first non-blank line has a top-level "hash_ids", or Mooncake's
+    other fields and none of ours (so a Mooncake line missing its hash_ids is read as one
+    and the error says so); "jsonl" if it is any other object; None for a file with no
+    non-blank line."""
     for _, obj in _records(Path(path), 1):
-        return "mooncake" if "hash_ids" in obj else "jsonl"
+        keys = obj.keys()
+        mooncake = "hash_ids" in keys or (keys & MOONCAKE_FIELDS and not keys & JSONL_FIELDS)
+        return "mooncake" if mooncake else "jsonl"
     return None
 
 
