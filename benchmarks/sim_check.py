@@ -4,7 +4,7 @@
 grouped, feather with its prior, feather-paper, dfs-weight) on H100 (the profile derived from
 the measured H200) + Llama-3.1-8B. Run it on the code before and after a change and compare
 the two files: identical means the change kept the simulator's behaviour (benchmarks/host.md).
-benchmarks/sim-check.json is the baseline at the measured-profile change (2026-12-05).
+benchmarks/sim-check.json is the baseline at the hold bound (policies/hold.py, 2026-12-05).
 Usage: python benchmarks/sim_check.py OUT.json [--against BEFORE.json]
 """
 

@@ -1,0 +1,87 @@
+"""Feather's hold bound in the simulator: throughput and the TTFT tail against FCFS.
+
+The real kv-bound engine's workloads (paper-4g, paper-32g, no-sharing at its scale) under its
+KV pressure (1,024 blocks of 32 tokens, 8,192 batched tokens, 256 sequences), replayed with
+its calibrated CPU profile (benchmarks/cpu-kv-bound-fitted.json, also Feather's prior, as
+`feather bench --engine vllm --feather-hardware` gives it), all at once and as a Poisson
+stream of 20 requests/s. `feather` at each `max_hold_steps` (None: unbounded, `feather-hold`)
+against FCFS, the engine's order. Deterministic: one run per cell.
+Usage: python benchmarks/hold_bound.py OUT.json [--holds none,4,8,16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from feather_sched.bench.machine import write_record
+from feather_sched.bench.vllm_spec import engine_scale, engine_workload
+from feather_sched.cost import StepCostModel, load_hardware, load_model
+from feather_sched.policies.fcfs import FCFSPolicy
+from feather_sched.policies.feather import FeatherPolicy
+from feather_sched.sim.config import EngineConfig
+from feather_sched.sim.engine import simulate
+
+PROFILE = str(Path(__file__).with_name("cpu-kv-bound-fitted.json"))
+ENGINE = EngineConfig(
+    max_num_seqs=256,
+    max_num_batched_tokens=8192,
+    block_size=32,
+    num_kv_blocks=1024,
+    index_chunk_size=32,
+)
+
+
+def _requests(workload: str, rate: float | None) -> list:
+    reqs = engine_workload(workload, 512, 0, engine_scale("kv-bound"))
+    if rate is None:
+        return reqs
+    arrivals = np.cumsum(np.random.default_rng(0).exponential(1 / rate, len(reqs)))
+    return [dataclasses.replace(r, arrival_time=float(t)) for r, t in zip(reqs, arrivals)]
+
+
+def _rows(holds: list[int | None]) -> list[dict]:
+    cost = StepCostModel(load_hardware(PROFILE), load_model("kv-bound"))
+    rows = []
+    for workload in ("paper-4g", "paper-32g", "no-sharing"):
+        for rate in (None, 20.0):
+            reqs = _requests(workload, rate)
+            fcfs = simulate(reqs, FCFSPolicy(), cost, ENGINE).summary()
+            for hold in holds:
+                policy = FeatherPolicy(cost=cost, max_hold_steps=hold)
+                s = simulate(reqs, policy, cost, ENGINE).summary()
+                row = {
+                    "workload": workload,
+                    "arrival": "all-at-once" if rate is None else f"poisson:{rate:g}",
+                    "max_hold_steps": hold,
+                    "tok_s": s["output_tok_s"],
+                    "fcfs_tok_s": fcfs["output_tok_s"],
+                    "x_fcfs": round(s["output_tok_s"] / fcfs["output_tok_s"], 3),
+                    "ttft_p99_s": s["ttft_p99_s"],
+                    "fcfs_ttft_p99_s": fcfs["ttft_p99_s"],
+                    "ttft_p99_x_fcfs": round(s["ttft_p99_s"] / fcfs["ttft_p99_s"], 2),
+                    "preemptions": s["preemptions"],
+                    "fcfs_preemptions": fcfs["preemptions"],
+                    "hold_releases": s.get("hold_releases"),
+                }
+                print(row, flush=True)
+                rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--holds", default="none,4,8,16")
+    args = parser.parse_args()
+    holds = [None if h == "none" else int(h) for h in args.holds.split(",")]
+    write_record(
+        args.out, config={"profile": "cpu-kv-bound-fitted", "holds": holds}, rows=_rows(holds)
+    )
+
+
+if __name__ == "__main__":
+    main()
