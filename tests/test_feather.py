@@ -287,12 +287,9 @@ def test_model_prior_decides_the_first_admissions_of_a_burst() -> None:
     )
     plain = simulate(reqs, make_policy("fcfs"), COST, cfg)
     assert result.output_tok_s > 1.3 * plain.output_tok_s
-    # The default bound lets the second group in after 8 held steps: less homogeneity (and
-    # throughput) than the unbounded hold, still ahead of FCFS, the tail no worse than it.
-    bounded = simulate(reqs, FeatherPolicy(cost=COST), COST, cfg).summary()
-    assert bounded["hold_releases"] >= 1
-    assert bounded["output_tok_s"] > 1.05 * plain.output_tok_s
-    assert bounded["ttft_p99_s"] <= 1.5 * plain.summary()["ttft_p99_s"]
+    # The hold bound is the KV gate's: the bandit's STOPs are not cut short by it.
+    default = simulate(reqs, FeatherPolicy(cost=COST), COST, cfg)
+    assert default.output_tok_s == result.output_tok_s
 
 
 def test_model_prior_adds_where_batching_pays() -> None:

@@ -195,7 +195,7 @@ def bench(
     replicas: _BenchReplicas = None,
     routers: _BenchRouters = None,
 ) -> None:
-    """Run the policies (default: 10 of the 13, see --policies) on every workload (simulated,
+    """Run the policies (default: 10 of the 14, see --policies) on every workload (simulated,
     on vLLM or on SGLang's loop); table, JSON and a plot. With --replicas N: every router on
     a simulated N-replica cluster instead."""
     opts = dict(locals())

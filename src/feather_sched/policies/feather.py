@@ -126,9 +126,8 @@ class FeatherPolicy(Policy):
         bias); `cost`: the step-cost model of the hardware (None: no prior; from profile
         names: `make_policy("feather", hardware=..., model=...)`, `cost.resolve_cost`);
         `max_wait_s`, `starvation_share`, `wait_factor`: the starvation guard's;
-        `max_hold_steps`: steps in a row Feather may end admission early, by STOP or KV
-        refusal (None: no bound, trading time to first token for throughput; hold.py). Each
-        default
+        `max_hold_steps`: steps in a row the KV gate may hold the queue back (None: until
+        the KV fits, trading time to first token for throughput; hold.py). Each default
         was measured against half and double its value on the simulator suite (none is
         beaten by more than 0.5% on any workload): benchmarks/feather.md, "The constants,
         measured" (benchmarks/bandit_constants.py)."""
@@ -176,7 +175,6 @@ class FeatherPolicy(Policy):
         if self.gate is not None:
             self.gate.reset()
         self.hold.reset()
-        self._releasing = False
         self._gating = False
         self.budget = self.initial_budget
         self.decisions = 0
@@ -200,9 +198,10 @@ class FeatherPolicy(Policy):
         # the engine's own (the vLLM adapter does not even ask), and so the same here.
         # Where grouping cannot pay (`order.GroupingJudge`) the candidates come in the
         # engine's order; a new group's candidate is still asked ADD or STOP.
-        self._releasing = self.hold.begin_step()
-        self._engine_order = self._releasing or not self.judge.grouping_pays(view)
-        self._gating = self.gate is not None and not self.follows_queue_order(view)
+        self._engine_order = not self.judge.grouping_pays(view)
+        released = self.hold.begin_step()
+        self._gating = self.gate is not None and not released
+        self._gating = self._gating and not self.follows_queue_order(view)
         if self.gate is not None:
             self.gate.begin_step(view)
 
@@ -222,23 +221,16 @@ class FeatherPolicy(Policy):
         return view.index.num_shared_roots == 0
 
     def accept(self, view: SchedulerView, request_id: str) -> bool:
-        if self._releasing or self._admits(view, request_id):
-            self.guard.admitted(view, request_id, request_id == self._forced)
-            return True
-        self.hold.held()
-        return False
-
-    def _admits(self, view: SchedulerView, request_id: str) -> bool:
-        """ADD unless the KV gate refuses or, for a candidate opening a new group, the
-        bandit says STOP (a starving request forced by the guard is not asked)."""
+        forced = request_id == self._forced
         if self._gating and view.num_running > 0 and not self.gate.fits(view, request_id):
+            self.hold.held()
             return False
-        if request_id == self._forced:
-            return True
-        state = decision_state(view.index, request_id)
-        return not (
-            self.asks(state) and self.decide(state, self.prior(view, state, request_id)) == STOP
-        )
+        if not forced:
+            state = decision_state(view.index, request_id)
+            if self.asks(state) and self.decide(state, self.prior(view, state, request_id)) == STOP:
+                return False
+        self.guard.admitted(view, request_id, forced)
+        return True
 
     def asks(self, state: DecisionState) -> bool:
         """A decision is needed only to open a new prefix group in a non-empty batch: the

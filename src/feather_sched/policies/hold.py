@@ -1,31 +1,36 @@
-"""Hold bound: how many steps in a row Feather may end admission before the engine would.
+"""Hold bound: how many steps in a row Feather's KV gate may hold the queue back.
 
-Every way Feather says "not now" delays first tokens: a STOP that keeps a new prefix group
-out of the batch, a KV-gate refusal that waits for blocks the running requests will free.
-The engine's own order admits whatever fits now (and preempts later if it must), so each
-request gets its first token early. A hold that lasts until earlier groups finish decoding
-moves a whole group's first tokens back by that decode time: on the real kv-bound vLLM
-engine, paper-4g under KV pressure, Feather with an unbounded gate ran 1.25x vLLM's
-throughput at a TTFT p99 of 23.8 s against vLLM's 4.9 s (benchmarks/vllm-kv-gate.json).
+A KV refusal waits for blocks the running requests will free, and so delays the held
+requests' first tokens. The engine's own order admits whatever fits now (and preempts later
+if it must), so each request gets its first token early; a gate that holds a whole group until
+earlier groups finish decoding moves that group's first tokens back by their decode time: on
+the real kv-bound vLLM engine, paper-4g under KV pressure, Feather with the unbounded gate ran
+1.25x vLLM's throughput at a TTFT p99 of 23.8 s against vLLM's 4.9 s
+(benchmarks/vllm-kv-gate.json).
 
-So Feather may hold the queue at most `max_steps` steps in a row; the next step it is asked
-about is taken in the engine's order (every candidate the engine would admit, admitted), and
-the count starts again. Steps count where the host asks the policy, so the bound is in the
-engine's own unit, whatever a step lasts on the hardware. `None` holds as long as the policy
-likes: more throughput under KV pressure, knowingly traded for the tail (`feather-hold`).
+So the gate may hold the queue at most `max_steps` steps in a row; in the next step it is
+asked about the gate stands aside (what the engine would admit, it admits), and the count
+starts again. Steps count where the host asks the policy, so the bound is in the engine's own
+unit, whatever a step lasts on the hardware. `None` holds until the KV fits: more throughput
+under KV pressure, knowingly traded for the tail (`feather-hold`).
+
+Only the gate's holds are bounded. The bandit's STOPs hold a group back too, but they are the
+paper's mechanism, taken only with confidence or a model's prior and under the starvation
+guard; bounding them the same way cost 64% of Feather's throughput on long-prefix where
+homogeneity pays (the free-L2 sensitivity profile), with no tail at stake there.
 Measured: benchmarks/overload.md, "Holding back, bounded".
 """
 
 from __future__ import annotations
 
-MAX_HOLD_STEPS = 8
-"""Default bound, in steps. In the simulator with the fitted kv-bound profile (the real
-engine's) it keeps Feather's TTFT p99 within 1.5x of FCFS's on every kv-bound row, where an
-unbounded hold reaches 6x (benchmarks/overload.md)."""
+MAX_HOLD_STEPS = 4
+"""Default bound, in steps: the largest of 2, 4, 8 that keeps Feather's TTFT p99 within 1.5x
+of FCFS's on every kv-bound row in the simulator with the real engine's fitted profile (an
+unbounded hold reaches 6x; benchmarks/overload.md)."""
 
 
 class HoldBound:
-    """Counts the steps in a row that ended with a hold; says when a step must not hold."""
+    """Counts the steps in a row that held the queue back; says when a step must not."""
 
     def __init__(self, max_steps: int | None = MAX_HOLD_STEPS) -> None:
         if max_steps is not None and max_steps < 0:
@@ -50,5 +55,5 @@ class HoldBound:
         return True
 
     def held(self) -> None:
-        """This step ended admission early (a STOP or a refusal)."""
+        """This step held the queue back (the gate refused a candidate)."""
         self._held_now = True

@@ -24,8 +24,8 @@ SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
 SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS); each reservation is clipped at 4,096 tokens, as SGLang
 clips `max_new_tokens` (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION).
 
-Holding back costs time to first token: Feather bounds how many steps in a row it may end
-admission early, the gate's refusals included (`policies/hold.py`).
+Holding back costs time to first token: Feather bounds how many steps in a row the gate may
+hold the queue (`policies/hold.py`).
 
 It needs the host's free blocks and running requests (`SchedulerView.free_kv_blocks`,
 `running_kv`, `num_preemptions`). A host without them gets no gate: SGLang, whose own adder
