@@ -9,7 +9,7 @@ prefix router (which reads text), the same prompt as text (one character per tok
 simulator's port reads it). Then `sim.cluster` simulates the same requests, routers and
 replica policies: the prediction.
 
-    /tmp/venv-ray/bin/python benchmarks/ray_cluster.py --replicas 4 --workload paper-20g-400
+    python benchmarks/ray_cluster.py --replicas 4 --workload paper-20g-400
 
 Writes benchmarks/ray-cluster.json (the machine, each router's real and simulated row).
 """
