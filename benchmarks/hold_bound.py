@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from feather_sched.bench.machine import write_record
-from feather_sched.bench.vllm_spec import engine_scale, engine_workload
 from feather_sched.cost import StepCostModel, load_hardware, load_model
+from feather_sched.harness.vllm_spec import engine_scale, engine_workload
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.sim.config import EngineConfig

@@ -187,7 +187,7 @@ def _calibration_report() -> dict:
 
 
 def test_calibrate_prints_the_fit_and_records_the_report(tmp_path: Path, monkeypatch) -> None:
-    from feather_sched.bench import vllm_calibrate
+    from feather_sched.harness import vllm_calibrate
 
     specs = []
 
@@ -221,7 +221,7 @@ def test_calibrate_prints_the_fit_and_records_the_report(tmp_path: Path, monkeyp
 def test_bench_engine_vllm_records_its_spec(tmp_path: Path, monkeypatch) -> None:
     from dataclasses import asdict
 
-    from feather_sched.bench import vllm_engine
+    from feather_sched.harness import vllm_engine
 
     specs = []
     row = {"workload": "w (kv-64-blocks)", "policy": "vllm", "output_tok_s": 9.0, "vs_fcfs": 1.0}

@@ -151,11 +151,11 @@ def test_compare_pairs_cluster_rows_by_router_across_replica_counts() -> None:
 
 def test_sglang_client_does_not_import_the_engine() -> None:
     """The harness's shared types live in sglang_spec: no import circle."""
-    src = REPO / "src/feather_sched/bench/sglang_client.py"
+    src = REPO / "src/feather_sched/harness/sglang_client.py"
     imported = {
         node.module
         for node in ast.walk(ast.parse(src.read_text()))
         if isinstance(node, ast.ImportFrom)
     }
-    assert "feather_sched.bench.sglang_engine" not in imported
-    assert "feather_sched.bench.sglang_spec" in imported
+    assert "feather_sched.harness.sglang_engine" not in imported
+    assert "feather_sched.harness.sglang_spec" in imported

@@ -59,7 +59,7 @@ def test_every_preset_builds(scale: str, name: str) -> None:
 
 def test_engine_scales_read_the_table() -> None:
     """vLLM's engine bench runs its workloads from the one preset table."""
-    from feather_sched.bench.vllm_engine import ENGINE_SCALES
+    from feather_sched.harness.vllm_engine import ENGINE_SCALES
 
     for model, scale in ENGINE_SCALES.items():
         table = {name: (p.base, p.overrides) for name, p in PRESETS[model].items()}

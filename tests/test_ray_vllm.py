@@ -26,7 +26,7 @@ require("vllm", "vllm", "needs the real vLLM engine: pip install -e '.[vllm]' (s
 
 from ray.serve.config import RequestRouterConfig  # noqa: E402
 
-from feather_sched.bench.tiny_llama import TINY_LLAMA, build_tiny_llama  # noqa: E402
+from feather_sched.harness.tiny_llama import TINY_LLAMA, build_tiny_llama  # noqa: E402
 from feather_sched.integrations.ray_serve import (  # noqa: E402
     CompletionRequest,
     FeatherRequestRouter,

@@ -439,7 +439,7 @@ def test_policy_state_is_loaded_and_saved(sg, feather_on, tmp_path):
 
 def test_sglang_bench_runs(sg, tmp_path, monkeypatch):
     """`feather sglang-bench`, the SGLang counterpart of `feather bench --engine vllm`."""
-    from feather_sched.bench.sglang_pass import main
+    from feather_sched.harness.sglang_pass import main
 
     monkeypatch.setenv("FEATHER_POLICY", "grouped")
     out = tmp_path / "pass.json"

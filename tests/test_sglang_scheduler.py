@@ -5,7 +5,7 @@ process the way `run_scheduler_process` builds it: SGLang's plugin loader first 
 on because `SGLANG_PLUGINS=feather` names it, as on a server), then the real TpModelWorker,
 ModelRunner, KV pools, radix cache, chunked prefill and retraction, then its own event loop.
 Requests, aborts and cache flushes go in over its ZMQ input socket as SGLang's own request
-objects (bench/sglang_engine.py).
+objects (harness/sglang_engine.py).
 
 The one part that is not SGLang's: the model's forward is a stand-in
 (`FeatherStandInForCausalLM`, registered in SGLang's ModelRegistry and loaded with
@@ -47,7 +47,7 @@ def workload(tag: str = "", seed: int = 0):
     """Prefix groups arriving interleaved (two waves), long-output requests that outgrow the
     KV pool (SGLang must retract), a prompt longer than the prefill chunk, and two aborts:
     one while waiting, one while decoding. Rids are fixed-width: SGLang aborts by prefix."""
-    from feather_sched.bench.sglang_spec import ServeRequest
+    from feather_sched.harness.sglang_spec import ServeRequest
 
     rng = random.Random(seed)
     prefixes = {g: [rng.randrange(4, 500) for _ in range(PREFIX)] for g in "ABCD"}
@@ -75,7 +75,7 @@ def workload(tag: str = "", seed: int = 0):
 
 
 def loop_spec(policy: str | None, **kw):
-    from feather_sched.bench.sglang_spec import ServeSpec
+    from feather_sched.harness.sglang_spec import ServeSpec
 
     return ServeSpec(
         runs=[workload("a", 0), workload("b", 1)],
@@ -85,7 +85,7 @@ def loop_spec(policy: str | None, **kw):
         chunked_prefill_size=256,
         max_prefill_tokens=1024,
         chunk_tokens=32,
-        extra_policies={"raising": "feather_sched.bench.sglang_engine:RaisingPolicy"},
+        extra_policies={"raising": "feather_sched.harness.sglang_engine:RaisingPolicy"},
         # SGLang's own admission optimism (default 0.7 of max_new_tokens reserved): lower, it
         # admits more long-output requests than their decode will fit, so it must retract.
         env={"SGLANG_INIT_NEW_TOKEN_RATIO": "0.2"},
@@ -115,7 +115,7 @@ def state_path(tmp_path_factory):
 def served(state_path):
     """name -> the report of one scheduler process serving `loop_spec` (built on demand)."""
     _require_sglang()
-    from feather_sched.bench.sglang_engine import serve
+    from feather_sched.harness.sglang_engine import serve
 
     def get(name: str) -> dict:
         if name not in _reports:
@@ -192,8 +192,8 @@ def test_grouped_order_reaches_sglang_batches(served):
 
 
 def test_bandit_state_is_saved_and_reloaded(served, state_path):
-    from feather_sched.bench.sglang_engine import serve
-    from feather_sched.bench.sglang_spec import ServeSpec
+    from feather_sched.harness.sglang_engine import serve
+    from feather_sched.harness.sglang_spec import ServeSpec
 
     first = served("feather")["feather"]
     assert first["counters"].get("decisions", 0) > 0 or first["stats"]["decisions"] > 0

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from feather_sched.bench.tiny_llama import ENGINE_MODELS
 from feather_sched.cost import load_model
+from feather_sched.harness.tiny_llama import ENGINE_MODELS
 from feather_sched.host.tracker import RequestTracker, TrackerError, hash_to_int, sample_chain
 from feather_sched.index.cht import RequestState, chunk_digests
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from feather_sched.bench.report import add_relative
-from feather_sched.bench.vllm_engine import StepProbe
+from feather_sched.harness.vllm_engine import StepProbe
 
 
 class _Scheduler:

@@ -34,7 +34,7 @@ vllm = require(
 from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.inputs import TokensPrompt  # noqa: E402
 
-from feather_sched.bench.tiny_llama import TINY_LLAMA, build_tiny_llama  # noqa: E402
+from feather_sched.harness.tiny_llama import TINY_LLAMA, build_tiny_llama  # noqa: E402
 from feather_sched.integrations.vllm import (  # noqa: E402
     FeatherAsyncScheduler,
     FeatherScheduler,
@@ -94,7 +94,7 @@ def async_llm(model_dir, engine_env) -> LLM:
     # Module-scoped like the others: engines share process-wide torch.distributed state, and
     # one torn down mid-module would take it from the engines still in use. The plain class
     # name: FeatherScheduler must pick its async variant by itself.
-    from feather_sched.bench.vllm_engine import keep_async_scheduling
+    from feather_sched.harness.vllm_engine import keep_async_scheduling
 
     with keep_async_scheduling():
         return LLM(
@@ -405,7 +405,7 @@ def test_policy_state_is_saved_while_serving_and_at_shutdown(
 
 
 def test_bench_run_once_reports_a_row(feather_llm, feather) -> None:
-    from feather_sched.bench.vllm_engine import run_once
+    from feather_sched.harness.vllm_engine import run_once
     from feather_sched.request import Request
 
     rng = np.random.default_rng(8)
@@ -425,7 +425,7 @@ def test_bench_feather_learns_across_runs_with_a_policy_state(
 ) -> None:
     """`feather bench --engine vllm --policy-state FILE`: each feather run starts from the
     table the previous one saved."""
-    from feather_sched.bench.vllm_engine import KvScenario, VllmBenchSpec, run_repetition
+    from feather_sched.harness.vllm_engine import KvScenario, VllmBenchSpec, run_repetition
     from feather_sched.policies.feather import FeatherPolicy
     from feather_sched.request import Request
 
@@ -459,8 +459,8 @@ def test_bench_feather_learns_across_runs_with_a_policy_state(
 
 
 def test_calibrate_measures_shared_blocks(default_llm) -> None:
-    from feather_sched.bench.vllm_calibrate import measure
     from feather_sched.cost.composition import Composition
+    from feather_sched.harness.vllm_calibrate import measure
 
     samples = measure(default_llm, Composition(4, 2, 2 * BLOCK, 8, 4), TINY_LLAMA.vocab_size, 0)
     decode = [s for s in samples if s.kind == "decode"]

@@ -12,7 +12,6 @@ import typer
 
 from feather_sched.bench.machine import write_record
 from feather_sched.bench.suite import DEFAULT_HARDWARE, DEFAULT_POLICIES, BenchSpec
-from feather_sched.bench.vllm_engine import KvScenario, VllmBenchSpec
 from feather_sched.cli.common import (
     Hardware,
     Kernel,
@@ -23,6 +22,7 @@ from feather_sched.cli.common import (
     float_list,
     optional_names,
 )
+from feather_sched.harness.vllm_engine import KvScenario, VllmBenchSpec
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.result import SLO
 
@@ -322,7 +322,7 @@ def _kv_scenarios(num_kv_blocks: int | None) -> tuple[KvScenario, ...] | None:
 def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
     """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
     from feather_sched.bench.output import check_output_path, check_plot_path
-    from feather_sched.bench.vllm_engine import run_vllm_bench
+    from feather_sched.harness.vllm_engine import run_vllm_bench
 
     try:
         check_output_path(json_out, "--json")
@@ -341,9 +341,9 @@ def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
 
 
 def _bench_sglang(opts: dict[str, Any], json_out: Path, plot: Path) -> None:
-    """`feather bench --engine sglang`: SGLang's real scheduler loop (bench/sglang_engine.py)."""
+    """`feather bench --engine sglang`: SGLang's real scheduler loop (harness/sglang_engine.py)."""
     from feather_sched.bench.output import check_output_path, check_plot_path
-    from feather_sched.bench.sglang_bench import BENCH_NOTE, bench_from_cli
+    from feather_sched.harness.sglang_bench import BENCH_NOTE, bench_from_cli
 
     try:
         check_output_path(json_out, "--json")
@@ -394,7 +394,7 @@ def feather_prior_options(hardware: str | None, model: str | None) -> dict:
 
     if prior_hardware(hardware, None) is None:
         return {}
-    from feather_sched.bench.vllm_engine import ENGINE_SCALES
+    from feather_sched.harness.vllm_engine import ENGINE_SCALES
 
     name = model or "tiny-llama"
     if name not in ENGINE_SCALES:
@@ -420,9 +420,9 @@ def sglang_bench_cmd(ctx: typer.Context) -> None:
     lpm / dfs-weight vs Feather. Options: --sizes 128,1000,10000 --repeats 5 --passes 32
     --seed 0 --json FILE (--help for the list)."""
     if importlib.util.find_spec("sglang") is None:
-        from feather_sched.bench.sglang_bench import SGLANG_INSTALL
+        from feather_sched.harness.sglang_bench import SGLANG_INSTALL
 
         fail(RuntimeError(f"sglang-bench needs SGLang, not installed here: {SGLANG_INSTALL}"))
-    from feather_sched.bench.sglang_pass import main as sglang_pass
+    from feather_sched.harness.sglang_pass import main as sglang_pass
 
     raise typer.Exit(sglang_pass(list(ctx.args)))

@@ -12,7 +12,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from feather_sched.bench.machine import write_record
-from feather_sched.bench.vllm_engine import VllmBenchSpec
 from feather_sched.cli.bench import feather_prior_options
 from feather_sched.cli.common import (
     Seed,
@@ -20,6 +19,7 @@ from feather_sched.cli.common import (
     console,
     fail,
 )
+from feather_sched.harness.vllm_engine import VllmBenchSpec
 
 # ---- `feather calibrate` options
 
@@ -79,7 +79,11 @@ def calibrate(
     feather_hardware: _CalibrateFeatherHardware = None,
 ) -> None:
     """Measure real step times, fit the cost model's hardware parameters, report its error."""
-    from feather_sched.bench.vllm_calibrate import COMPARE_POLICIES, CalibrateSpec, run_calibration
+    from feather_sched.harness.vllm_calibrate import (
+        COMPARE_POLICIES,
+        CalibrateSpec,
+        run_calibration,
+    )
 
     if engine != "vllm":
         raise typer.BadParameter(

@@ -1,5 +1,5 @@
 """An in-process vLLM engine's plumbing, shared by the Ray replicas (`ray_vllm`) and the bench
-harness (`bench.vllm_engine`): no vLLM import here, so either can load it first."""
+harness (`harness.vllm_engine`): no vLLM import here, so either can load it first."""
 
 from __future__ import annotations
 

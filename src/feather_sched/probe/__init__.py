@@ -11,7 +11,7 @@ prefix blocks. This package builds both from a model profile's shapes with rando
   split, reading that sequence's blocks through its block table, as vLLM's plain paged kernels
   do); `flashinfer_decode`: FlashInfer's batch decode, only when it is importable.
 - `decoder`: random-weight decode step (every layer's matrix products + attention).
-- `run`: times the grid, fits the hardware profile with `bench.calibrate_fit`, reports
+- `run`: times the grid, fits the hardware profile with `cost.fit`, reports
   held-out MAPE, writes PROFILE.json / RESULTS.json and a plot (`plot`).
 - `selfcheck`: the Triton kernel against the reference (on CPU under TRITON_INTERPRET=1, in its
   own process; on the GPU before timing).

@@ -5,7 +5,7 @@
    attention) and, separately, every layer's attention alone. GPU: CUDA events around a
    CUDA-graph replay of the step (as vLLM replays its decode steps; eager if capture fails);
    CPU: wall clock. Each time is the median of `reps` runs after `warmup` runs.
-2. Fit `HardwareProfile.FIT_FIELDS` with `bench.calibrate_fit` (as `feather calibrate` does)
+2. Fit `HardwareProfile.FIT_FIELDS` with `cost.fit` (as `feather calibrate` does)
    on the first kernel's decode steps, paired with each batch's exact BatchShape (from its
    block tables); every `holdout_every`-th composition is held out and priced by the fitted
    model: the held-out MAPE.
@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from feather_sched.bench.calibrate_fit import fit_profile, mape, predict, stamp_fitted
 from feather_sched.bench.machine import machine_info, write_json
 from feather_sched.cost import HardwareProfile, ModelProfile, load_hardware, load_model
 from feather_sched.cost.composition import Composition
+from feather_sched.cost.fit import fit_profile, mape, predict, stamp_fitted
 from feather_sched.probe.layout import GRIDS, build_layout
 
 DEFAULT_MODEL = {"cuda": "llama-3-8b", "cpu": "kv-bound"}

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from feather_sched.bench.sglang_spec import LoopCounters, ServeRequest, ServeSpec
+from feather_sched.harness.sglang_spec import LoopCounters, ServeRequest, ServeSpec
 
 
 class Client:

@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from feather_sched.bench.sglang_engine import serve
-from feather_sched.bench.sglang_spec import ServeRequest, ServeSpec
-from feather_sched.bench.tiny_llama import ENGINE_MODELS, TinyLlamaSpec
+from feather_sched.harness.sglang_engine import serve
+from feather_sched.harness.sglang_spec import ServeRequest, ServeSpec
+from feather_sched.harness.tiny_llama import ENGINE_MODELS, TinyLlamaSpec
 
 SGLANG_INSTALL = (
     "pip install torch==2.13.0 && pip install --no-deps sglang==0.5.23 && "
@@ -61,7 +61,7 @@ class SGLangBenchSpec:
     """(hardware, model) profile of the stand-in's cost; None: the model's calibrated one."""
 
     def validate(self) -> None:
-        from feather_sched.bench.vllm_engine import ENGINE_SCALES, engine_scale
+        from feather_sched.harness.vllm_engine import ENGINE_SCALES, engine_scale
         from feather_sched.policies.registry import policy_names
 
         valid = list(dict.fromkeys([*SGLANG_POLICIES, *policy_names()]))
@@ -113,7 +113,7 @@ def run_sglang_bench(
     """One scheduler process per (KV scenario, policy), serving every workload `repeats`
     times (cache flushed between runs); median rows, `vs_fcfs` against SGLang's fcfs."""
     from feather_sched.bench.report import add_relative
-    from feather_sched.bench.vllm_engine import engine_scale, engine_workload
+    from feather_sched.harness.vllm_engine import engine_scale, engine_workload
 
     spec.validate()
     tick = on_progress or (lambda _label: None)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from feather_sched.bench.tiny_llama import TINY_LLAMA, TinyLlamaSpec
+from feather_sched.harness.tiny_llama import TINY_LLAMA, TinyLlamaSpec
 
 
 @dataclass(frozen=True)

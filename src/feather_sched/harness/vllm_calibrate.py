@@ -7,7 +7,7 @@
    prefix hold the same physical blocks, so sharing is measured, not assumed). Decode steps
    of one composition are near-identical, so they collapse to one sample (median time);
    every step that prefills is its own sample.
-2. Fit `HardwareProfile.FIT_FIELDS` on the training compositions (`calibrate_fit`), starting
+2. Fit `HardwareProfile.FIT_FIELDS` on the training compositions (`cost.fit`), starting
    from a base profile's peak figures, and report the step-time MAPE on held-out
    compositions (every `holdout_every`-th one, never seen by the fit).
 3. End to end: the simulator with the fitted profile vs the real engine on the bench
@@ -31,8 +31,17 @@ from typing import Any
 
 import numpy as np
 
-from feather_sched.bench.calibrate_fit import fit_profile, mape, predict, stamp_fitted
-from feather_sched.bench.vllm_engine import (
+from feather_sched.cost import (
+    BatchShape,
+    HardwareProfile,
+    ModelProfile,
+    StepCostModel,
+    load_hardware,
+)
+from feather_sched.cost import load_model as load_model_profile
+from feather_sched.cost.composition import Composition
+from feather_sched.cost.fit import fit_profile, mape, predict, stamp_fitted
+from feather_sched.harness.vllm_engine import (
     BASELINE,
     ENGINE_SCALES,
     StepProbe,
@@ -47,15 +56,6 @@ from feather_sched.bench.vllm_engine import (
     run_repetition,
     scheduler_of,
 )
-from feather_sched.cost import (
-    BatchShape,
-    HardwareProfile,
-    ModelProfile,
-    StepCostModel,
-    load_hardware,
-)
-from feather_sched.cost import load_model as load_model_profile
-from feather_sched.cost.composition import Composition
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.engine import simulate
 

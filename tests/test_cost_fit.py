@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from feather_sched.bench import vllm_calibrate
-from feather_sched.bench.calibrate_fit import fit_profile, mape, predict
-from feather_sched.bench.tiny_llama import ENGINE_MODELS
-from feather_sched.bench.vllm_calibrate import (
+from feather_sched.cli import app
+from feather_sched.cost import BatchShape, load_hardware, load_model
+from feather_sched.cost.fit import fit_profile, mape, predict
+from feather_sched.harness import vllm_calibrate
+from feather_sched.harness.tiny_llama import ENGINE_MODELS
+from feather_sched.harness.vllm_calibrate import (
     COMPARE_POLICIES,
     GRIDS,
     CalibrateSpec,
@@ -18,9 +20,7 @@ from feather_sched.bench.vllm_calibrate import (
     median_of_passes,
     split,
 )
-from feather_sched.bench.vllm_engine import ENGINE_SCALES, VllmBenchSpec, engine_workload
-from feather_sched.cli import app
-from feather_sched.cost import BatchShape, load_hardware, load_model
+from feather_sched.harness.vllm_engine import ENGINE_SCALES, VllmBenchSpec, engine_workload
 
 
 def _shapes() -> list[BatchShape]:

@@ -43,9 +43,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from feather_sched.bench.sglang_client import Client
-from feather_sched.bench.sglang_spec import ServeSpec
-from feather_sched.bench.tiny_llama import TinyLlamaSpec
+from feather_sched.harness.sglang_client import Client
+from feather_sched.harness.sglang_spec import ServeSpec
+from feather_sched.harness.tiny_llama import TinyLlamaSpec
 from feather_sched.policies.base import Policy, SchedulerView
 
 STANDIN_ARCH = "FeatherStandInForCausalLM"
@@ -61,7 +61,7 @@ _PENDING_COST = [0.0]
 
 def stand_in_config(model: TinyLlamaSpec) -> dict[str, Any]:
     """The config.json the stand-in is built from: the shape SGLang sizes its KV pool by
-    (one of the built-in engine models, bench/tiny_llama.py)."""
+    (one of the built-in engine models, harness/tiny_llama.py)."""
     return {
         "architectures": [STANDIN_ARCH],
         "model_type": "llama",

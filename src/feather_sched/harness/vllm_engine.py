@@ -35,7 +35,8 @@ import numpy as np
 
 from feather_sched.bench.context import fit_context
 from feather_sched.bench.report import add_relative
-from feather_sched.bench.vllm_spec import (  # noqa: F401 (re-exported for the bench's callers)
+from feather_sched.cost import BatchShape
+from feather_sched.harness.vllm_spec import (  # noqa: F401 (re-exported for the bench's callers)
     BASELINE,
     ENGINE_SCALES,
     EngineScale,
@@ -44,7 +45,6 @@ from feather_sched.bench.vllm_spec import (  # noqa: F401 (re-exported for the b
     engine_scale,
     engine_workload,
 )
-from feather_sched.cost import BatchShape
 from feather_sched.integrations.vllm_local import (
     CPU_THREAD_DEFAULTS,
     scheduler_of,
@@ -99,7 +99,7 @@ def _env(**values: str) -> Iterator[None]:
 
 def model_dir(spec: VllmBenchSpec, cache: Path | None = None) -> tuple[str, str, int]:
     """(model path, dtype, vocab size): the given HF dir, or a built-in model (built once)."""
-    from feather_sched.bench.tiny_llama import ENGINE_MODELS, build_tiny_llama
+    from feather_sched.harness.tiny_llama import ENGINE_MODELS, build_tiny_llama
 
     name = spec.model or "tiny-llama"
     if name not in ENGINE_MODELS:

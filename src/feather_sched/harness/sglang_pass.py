@@ -1,6 +1,6 @@
 """CPU cost of one scheduling pass in SGLang's own classes: lpm / dfs-weight vs Feather.
 
-The SGLang counterpart of `feather bench --engine vllm` (bench/vllm_engine.py), beside it: no
+The SGLang counterpart of `feather bench --engine vllm` (harness/vllm_engine.py), beside it: no
 SGLang model or server runs on a CPU, so what is measured is the scheduling pass in SGLang's
 real classes. Run in the SGLang venv (see the 'sglang' extra in pyproject.toml):
 
