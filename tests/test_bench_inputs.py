@@ -214,3 +214,26 @@ def test_an_interrupted_bench_keeps_its_finished_rows(
     got = [(r["workload"], r["policy"]) for r in payload["rows"]]
     assert got == [(trace, "fcfs"), (trace, "lpm"), ("no-sharing", "fcfs")]
     assert payload["rows"][1]["vs_fcfs"] is not None
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["index-bench", "--queues", "10", "--json"],
+        ["calibrate", "--json"],
+        ["calibrate", "--out"],
+        ["probe", "--device", "cpu", "--json"],
+        ["probe", "--device", "cpu", "--plot"],
+        ["train", "--out"],
+    ],
+)
+def test_every_command_refuses_an_unwritable_output_before_any_work(
+    args: list[str], tmp_path: Path
+) -> None:
+    """The same check as `feather bench --json`, before the engine, the probe or training
+    starts (each would otherwise run for minutes and lose its result at the save)."""
+    target = str(_unwritable_dir(tmp_path) / "feather-nope.json")
+    result = runner.invoke(app, [*args, target])
+    assert result.exit_code == 2, result.output
+    assert "cannot write" in result.output and args[-1] in result.output
+    assert "Traceback" not in result.output

@@ -18,6 +18,7 @@ from feather_sched.cli.common import (
     app,
     console,
     fail,
+    writable,
 )
 from feather_sched.harness.vllm_engine import VllmBenchSpec
 
@@ -89,6 +90,7 @@ def calibrate(
         raise typer.BadParameter(
             f"only vllm can be calibrated, got {engine!r}", param_hint="--engine"
         )
+    writable(out=out, json=json_out)
     try:
         rows = _read_bench_rows(bench_json)
         bench_spec = VllmBenchSpec(
@@ -182,6 +184,7 @@ def probe_cmd(
     profile, report held-out MAPE (feather_sched.probe; benchmarks/gpu/run.sh on a GPU)."""
     from feather_sched.probe.run import ProbeSpec, run_probe, summary_lines
 
+    writable(out=out, json=json_out, plot=plot)
     spec = ProbeSpec(device=device, model=model, quick=quick, base_hardware=base_hardware)
     try:
         report = run_probe(spec, out, json_out, plot, log=lambda s: console.print(escape(s)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
@@ -89,6 +90,21 @@ def fail(err: Exception) -> NoReturn:
     bracket in it prints as written) and exit status 2, as the option parser's errors."""
     err_console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)
     raise typer.Exit(2) from None
+
+
+def writable(**outputs: Path | None) -> None:
+    """Every output path a command will write, checked before any work (an unwritable one
+    exits 2 with its option named: a finished run is never lost to its save). Keys are
+    option names with `_` for `-` (`json=...` checks `--json`)."""
+    from feather_sched.bench.output import check_output_path
+
+    for name, path in outputs.items():
+        if path is None:
+            continue
+        try:
+            check_output_path(Path(path), "--" + name.replace("_", "-"))
+        except ValueError as err:
+            fail(err)
 
 
 def optional_names(text: str | None, option: str) -> list[str] | None:

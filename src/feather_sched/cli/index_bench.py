@@ -15,6 +15,7 @@ from feather_sched.cli.common import (
     app,
     console,
     int_list,
+    writable,
 )
 
 
@@ -55,6 +56,7 @@ def index_bench(
     """Time prefix detection per scheduling decision: CHT vs radix-tree LPM pass."""
     if clock not in ("wall", "cpu"):
         raise typer.BadParameter(f"--clock must be wall or cpu, got {clock!r}")
+    writable(json=json_out)
     from feather_sched.bench.index_bench import IndexBenchCase
 
     chunks = int_list(chunk_size, "--chunk-size")

@@ -15,6 +15,7 @@ from feather_sched.cli.common import (
     console,
     fail,
     names,
+    writable,
 )
 from feather_sched.cost import resolve_cost
 
@@ -59,6 +60,7 @@ def train_cmd(
     """
     from feather_sched.rl.train import RLMissingError, TrainConfig, require_rl, train
 
+    writable(out=out)
     try:
         require_rl()
     except RLMissingError as err:
