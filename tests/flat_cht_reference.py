@@ -10,7 +10,10 @@ from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
-import xxhash
+
+# The chunk hashing is production's (tested on its own in test_cht.py): the reference is
+# the flat *tree*, and both must see the same digests for their answers to be compared.
+from feather_sched.index.chain import chunk_digests
 
 Key = tuple[int, int]
 """(level, digest): the prefix through chunk `level` (0-based)."""
@@ -38,27 +41,6 @@ class InvalidTransitionError(CHTError, ValueError):
 class RequestState(Enum):
     WAITING = "waiting"
     RUNNING = "running"
-
-
-def chunk_digests(tokens: np.ndarray | Sequence[int], chunk_size: int) -> list[int]:
-    """Chained digests of `tokens`, one per chunk (the last one may cover a partial chunk).
-
-    One streaming xxh3-64 pass over the int32 bytes: the digest after chunk `i` depends on
-    every token up to the end of chunk `i`. An empty prompt has no digests.
-    """
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    arr = np.ascontiguousarray(tokens, dtype=np.int32)
-    if arr.ndim != 1:
-        raise ValueError(f"tokens must be 1-D, got shape {arr.shape}")
-    data = memoryview(arr).cast("B")
-    step = chunk_size * 4
-    state = xxhash.xxh3_64()
-    out: list[int] = []
-    for start in range(0, len(data), step):
-        state.update(data[start : start + step])
-        out.append(state.intdigest())
-    return out
 
 
 @dataclass(frozen=True, slots=True)
