@@ -12,10 +12,7 @@ Usage: python benchmarks/hold_bound.py OUT.json [--holds none,4,8,16]
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
-
-import numpy as np
 
 from feather_sched.bench.machine import write_record
 from feather_sched.cost import StepCostModel, load_hardware, load_model
@@ -36,11 +33,8 @@ ENGINE = EngineConfig(
 
 
 def _requests(workload: str, rate: float | None) -> list:
-    reqs = engine_workload(workload, 512, 0, engine_scale("kv-bound"))
-    if rate is None:
-        return reqs
-    arrivals = np.cumsum(np.random.default_rng(0).exponential(1 / rate, len(reqs)))
-    return [dataclasses.replace(r, arrival_time=float(t)) for r, t in zip(reqs, arrivals)]
+    arrival = None if rate is None else f"poisson:{rate:g}"
+    return engine_workload(workload, 512, 0, engine_scale("kv-bound"), arrival)
 
 
 def _rows(holds: list[int | None]) -> list[dict]:

@@ -142,10 +142,13 @@ class VllmBenchSpec:
 
 
 def engine_workload(
-    name: str, vocab_size: int, seed: int, scale: EngineScale = _TINY
+    name: str, vocab_size: int, seed: int, scale: EngineScale = _TINY, arrival: str | None = None
 ) -> list[Request]:
-    """A named workload at engine scale; ids 4.. only (0-3 are the tokenizer's specials)."""
+    """A named workload at engine scale; ids 4.. only (0-3 are the tokenizer's specials).
+    `arrival` (an arrival spec, e.g. "poisson:20") replaces the preset's arrivals."""
     base, settings = scale.workloads[name]
+    if arrival is not None:
+        settings = {**settings, "arrival": arrival}
     requests = make_workload(base, **settings, vocab_size=vocab_size).generate(seed)
     for r in requests:
         r.prompt = np.maximum(r.prompt, 4).astype(np.int32)
