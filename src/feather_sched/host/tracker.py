@@ -286,8 +286,10 @@ class RequestTracker:
         n_full = len(tokens) // self.block_size
         hashes = self.fields.block_hashes(req)
         if hashes is not None and len(hashes) >= n_full:
-            if self.fields.request is not None:  # a feather host: already 64-bit int digests
-                return list(hashes[:n_full])
+            if self.fields.request is not None:  # a feather host: already 64-bit int digests,
+                # full blocks only, so its own list is read as is (never written here)
+                whole = isinstance(hashes, list) and len(hashes) == n_full
+                return hashes if whole else list(hashes[:n_full])
             return [hash_to_int(h) for h in hashes[:n_full]]
         return chunk_digests(tokens[: n_full * self.block_size], self.block_size)
 
