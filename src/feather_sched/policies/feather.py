@@ -199,9 +199,8 @@ class FeatherPolicy(Policy):
         # Where grouping cannot pay (`order.GroupingJudge`) the candidates come in the
         # engine's order; a new group's candidate is still asked ADD or STOP.
         self._engine_order = not self.judge.grouping_pays(view)
-        released = self.hold.begin_step()
-        self._gating = self.gate is not None and not released
-        self._gating = self._gating and not self.follows_queue_order(view)
+        released = self.hold.begin_step()  # the gate stands aside this step
+        self._gating = self.gate is not None and not released and not self.follows_queue_order(view)
         if self.gate is not None:
             self.gate.begin_step(view)
 
