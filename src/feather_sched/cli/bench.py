@@ -21,6 +21,7 @@ from feather_sched.cli.common import (
     fail,
     float_list,
     optional_names,
+    writable,
 )
 from feather_sched.harness.vllm_engine import KvScenario, VllmBenchSpec
 from feather_sched.sim.config import EngineConfig
@@ -321,14 +322,12 @@ def _kv_scenarios(num_kv_blocks: int | None) -> tuple[KvScenario, ...] | None:
 
 def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
     """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
-    from feather_sched.bench.output import check_output_path, check_plot_path
+    from feather_sched.bench.output import check_plot_path
     from feather_sched.harness.vllm_engine import run_vllm_bench
 
+    writable(json=json_out, steps_out=spec.steps_out)
     try:
-        check_output_path(json_out, "--json")
         check_plot_path(plot)
-        if spec.steps_out is not None:
-            check_output_path(spec.steps_out, "--steps-out")
         spec.validate()
         with err_console.status("vllm bench") as status:
             rows = run_vllm_bench(spec, on_progress=lambda label: status.update(label))
@@ -342,11 +341,11 @@ def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
 
 def _bench_sglang(opts: dict[str, Any], json_out: Path, plot: Path) -> None:
     """`feather bench --engine sglang`: SGLang's real scheduler loop (harness/sglang_engine.py)."""
-    from feather_sched.bench.output import check_output_path, check_plot_path
+    from feather_sched.bench.output import check_plot_path
     from feather_sched.harness.sglang_bench import BENCH_NOTE, bench_from_cli
 
+    writable(json=json_out)
     try:
-        check_output_path(json_out, "--json")
         check_plot_path(plot)
         with console.status("sglang bench") as status:
             rows, title, config = bench_from_cli(

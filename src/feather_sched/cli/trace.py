@@ -13,6 +13,7 @@ from feather_sched.cli.common import (
     console,
     fail,
     trace_app,
+    writable,
 )
 
 
@@ -29,7 +30,6 @@ def trace_stats_cmd(
     ] = None,
 ) -> None:
     """Request count, token totals and the share of prompt tokens that are a shared prefix."""
-    from feather_sched.bench.output import check_output_path
     from feather_sched.workloads.stats import render_stats, trace_stats
     from feather_sched.workloads.traces import TraceFormatError, read_trace
 
@@ -37,9 +37,8 @@ def trace_stats_cmd(
         fail(ValueError(f"{path} is a directory; give a trace file"))
     if not path.is_file():
         raise typer.BadParameter(f"no such file: {path}", param_hint="PATH")
+    writable(json=json_out)
     try:
-        if json_out is not None:
-            check_output_path(json_out, "--json")
         with console.status(f"reading {path.name}"):
             requests = read_trace(path, limit=limit)
         if not requests:
