@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from feather_sched import Request
-from feather_sched.bench.index_bench import IndexBenchCase, make_queue, run_case
+from feather_sched.bench.index_bench import IndexBenchCase, make_queue, run_cases
 from feather_sched.cli import app
 from feather_sched.workloads.traces import write_jsonl
 
@@ -67,7 +67,7 @@ def test_bench_queue_shares_prefixes_by_group() -> None:
     assert len(prompts) == 50 and all(p.size == 40 for p in prompts)
     assert len({p[:30].tobytes() for p in prompts}) <= 5
     assert all(np.array_equal(a, b) for a, b in zip(prompts, make_queue(case, seed=3)))
-    row = run_case(case, chunk_size=8, batch=4, running=4, repeats=1)
+    (row,) = run_cases(case, chunk_sizes=(8,), batch=4, running=4, repeats=1)
     assert row.decision_batch == 4
 
 

@@ -124,29 +124,6 @@ def _us_each(fn: Callable[[], object], count: int) -> float:
     return t / count * 1e6
 
 
-def run_case(
-    case: IndexBenchCase,
-    *,
-    chunk_size: int = 64,
-    batch: int = 32,
-    running: int = 32,
-    repeats: int = 5,
-    seed: int = 0,
-    progress: Callable[[str], None] | None = None,
-) -> IndexBenchRow:
-    """Measure one case at one chunk size (see `run_cases`)."""
-    (row,) = run_cases(
-        case,
-        chunk_sizes=(chunk_size,),
-        batch=batch,
-        running=running,
-        repeats=repeats,
-        seed=seed,
-        progress=progress,
-    )
-    return row
-
-
 def run_cases(
     case: IndexBenchCase,
     *,

@@ -243,6 +243,14 @@ def _refuse_sim_only(opts: dict[str, Any]) -> None:
         fail(ValueError(f"{only} (drop --engine {opts['engine']})"))
 
 
+PASSED_ON = ("seed", "policy_state", "drop_overlong", "steps_out")
+"""Options every engine's spec takes under the option's own name and meaning."""
+
+
+def _passed_on(opts: dict[str, Any]) -> dict[str, Any]:
+    return {k: opts[k] for k in PASSED_ON}
+
+
 def _vllm_spec(opts: dict[str, Any]) -> VllmBenchSpec:
     """The real-vLLM bench's spec from the command's options."""
     return VllmBenchSpec(
@@ -253,12 +261,9 @@ def _vllm_spec(opts: dict[str, Any]) -> VllmBenchSpec:
         max_num_seqs=opts["max_num_seqs"] or VllmBenchSpec.max_num_seqs,
         max_num_batched_tokens=opts["max_batched_tokens"],
         repeats=opts["repeats"],
-        seed=opts["seed"],
-        policy_state=opts["policy_state"],
         async_scheduling=opts["async_scheduling"],
         policy_options=feather_prior_options(opts["feather_hardware"], opts["model"]),
-        drop_overlong=opts["drop_overlong"],
-        steps_out=opts["steps_out"],
+        **_passed_on(opts),
     )
 
 
@@ -271,22 +276,19 @@ def _sim_spec(opts: dict[str, Any]) -> BenchSpec:
         hardware=opts["hardware"],
         model=opts["model"] or BenchSpec.model,  # one default, the spec's
         kernel=opts["kernel"],
-        seed=opts["seed"],
         engine=EngineConfig(
             max_num_seqs=max_num_seqs or EngineConfig.max_num_seqs,
             max_num_batched_tokens=opts["max_batched_tokens"],
             num_kv_blocks=opts["num_kv_blocks"],
         ),
         engine_overrides=frozenset({"max_num_seqs"} if max_num_seqs else ()),
-        policy_state=opts["policy_state"],
         feather_hardware=opts["feather_hardware"],
-        drop_overlong=opts["drop_overlong"],
         arrival=opts["arrival"],
         rate_scale=opts["rate_scale"],
         limit=opts["limit"],
         slo=SLO(opts["slo_ttft"], opts["slo_tpot"]),
-        steps_out=opts["steps_out"],
         rates=None if rates is None else float_list(rates, "--rates"),
+        **_passed_on(opts),
     )
 
 

@@ -189,14 +189,8 @@ class HardwareProfile(_ProfileIO):
     """Peak figures of one accelerator plus the parameters calibration fits.
 
     ``cache_bytes`` is the last-level on-chip cache the KV reuse model uses (L2 on
-    GPUs, L3 on CPUs). The fitted parameters are ``bandwidth_efficiency`` (achieved
-    fraction of ``mem_bandwidth_Bps``), ``compute_efficiency`` (achieved fraction of
-    ``peak_flops``), ``cache_efficiency`` (fraction of ``cache_bytes`` that shared KV
-    may occupy), ``reuse_exponent`` (how fast reuse falls off past capacity),
-    ``step_overhead_s`` (fixed time per engine step), ``per_seq_overhead_s``
-    (extra time per scheduled sequence) and ``cache_read_cost`` (time of a KV read that
-    hits the cache, as a fraction of one from memory: 0 = free, as on a GPU whose L2
-    bandwidth dwarfs HBM's; a CPU's L3 is only ~3x faster than its DRAM).
+    GPUs, L3 on CPUs). The fitted parameters are the four after it and the three
+    defaulted ones (`feather calibrate` and `feather probe` fit them).
     """
 
     name: str
@@ -207,12 +201,20 @@ class HardwareProfile(_ProfileIO):
     cache_bytes: float
     """The last-level cache the KV reads of a step can hit (GPU L2, CPU L3), bytes."""
     bandwidth_efficiency: float
+    """Achieved fraction of `mem_bandwidth_Bps`."""
     compute_efficiency: float
+    """Achieved fraction of `peak_flops`."""
     cache_efficiency: float
+    """Fraction of `cache_bytes` that shared KV may occupy."""
     step_overhead_s: float
+    """Fixed seconds per engine step."""
     reuse_exponent: float = 1.0
+    """How fast cache reuse falls off past capacity (the step model's h = (C / W) ** it)."""
     per_seq_overhead_s: float = 0.0
+    """Extra seconds per scheduled sequence."""
     cache_read_cost: float = 0.0
+    """Time of a KV read that hits the cache, as a fraction of one from memory: 0 = free, as
+    on a GPU whose L2 bandwidth dwarfs HBM's; a CPU's L3 is only ~3x faster than its DRAM."""
     sequential_attention: bool = False
     """The attention kernel walks the batch's sequences in order (a CPU thread), so reuse
     depends on what was read since a block's last reader (see the step model)."""

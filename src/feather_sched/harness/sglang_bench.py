@@ -13,6 +13,7 @@ from typing import Any
 from feather_sched.harness.sglang_engine import serve
 from feather_sched.harness.sglang_spec import ServeRequest, ServeSpec
 from feather_sched.harness.tiny_llama import ENGINE_MODELS, TinyLlamaSpec
+from feather_sched.harness.vllm_spec import EngineBenchSpec
 
 SGLANG_INSTALL = (
     "pip install torch==2.13.0 && pip install --no-deps sglang==0.5.23 && "
@@ -43,20 +44,11 @@ BENCH_NOTE = (
 
 
 @dataclass(frozen=True)
-class SGLangBenchSpec:
+class SGLangBenchSpec(EngineBenchSpec):
     """`feather bench --engine sglang`: the `--engine vllm` workloads and KV scenarios
     (`VllmBenchSpec`'s, blocks of `block_size` tokens -> SGLang's `max_total_tokens`)."""
 
-    workloads: Sequence[str] | None = None
     policies: Sequence[str] = ("fcfs", "lpm", "feather")
-    model: str | None = None
-    scenarios: Sequence[Any] | None = None
-    block_size: int = 32
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 4096
-    repeats: int = 3
-    seed: int = 0
-    policy_state: Path | None = None
     step_cost: tuple[str, str] | None = None
     """(hardware, model) profile of the stand-in's cost; None: the model's calibrated one."""
 

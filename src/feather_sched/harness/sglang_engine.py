@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from feather_sched.harness.sglang_client import Client
-from feather_sched.harness.sglang_spec import ServeSpec
+from feather_sched.harness.sglang_spec import SERVER_ARGS, ServeSpec
 from feather_sched.harness.tiny_llama import TinyLlamaSpec
 from feather_sched.policies.base import Policy, SchedulerView
 
@@ -206,15 +206,10 @@ def _server_args(spec: ServeSpec, model_dir: Path):
         attention_backend="torch_native",
         disable_cuda_graph=True,
         disable_overlap_schedule=not spec.overlap,
-        schedule_policy=spec.schedule_policy,
-        max_total_tokens=spec.max_total_tokens,
-        max_running_requests=spec.max_running_requests,
-        chunked_prefill_size=spec.chunked_prefill_size,
-        max_prefill_tokens=spec.max_prefill_tokens,
-        page_size=spec.page_size,
         mem_fraction_static=0.1,
         random_seed=spec.seed,
         log_level="error",
+        **{name: getattr(spec, name) for name in SERVER_ARGS},
     )
 
 

@@ -25,6 +25,17 @@ class ServeRequest:
     """Send an `AbortReq` once this many output tokens were seen (0: right after sending)."""
 
 
+SERVER_ARGS = (
+    "schedule_policy",
+    "max_total_tokens",
+    "max_running_requests",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "page_size",
+)
+"""ServeSpec fields passed to SGLang's `ServerArgs` under the same name."""
+
+
 @dataclass
 class ServeSpec:
     """One scheduler process: its SGLang settings, Feather's, and the runs it serves."""
@@ -43,6 +54,8 @@ class ServeSpec:
     extra_policies: dict[str, str] = field(default_factory=dict)
     """Policies to register by name ("module:Class") before the plugin loads."""
     model: TinyLlamaSpec = TINY_LLAMA
+    # SGLang's `ServerArgs` fields of the same names (SERVER_ARGS): KV pool tokens, running
+    # cap, tokens per prefill chunk, prefill token budget per step, tokens per KV page
     max_total_tokens: int = 8192
     max_running_requests: int = 64
     chunked_prefill_size: int = 512

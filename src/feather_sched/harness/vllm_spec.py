@@ -71,30 +71,41 @@ def engine_scale(model: str | None) -> EngineScale:
 
 
 @dataclass(frozen=True)
-class VllmBenchSpec:
+class EngineBenchSpec:
+    """What every real-engine bench (vLLM, SGLang's loop) takes, under one name each."""
+
     workloads: Sequence[str] | None = None
     """None: the model scale's default workloads."""
-    policies: Sequence[str] = ("grouped",)
+    policies: Sequence[str] = ()
     model: str | None = None
     """A built-in engine model (`ENGINE_SCALES`: tiny-llama, kv-bound), built at run time, or
     an HF model directory; None is tiny-llama."""
     scenarios: Sequence[KvScenario] | None = None
     """None: the model scale's KV scenarios."""
     block_size: int = 32
+    """Tokens per KV block (SGLang: the KV pool is num_blocks x block_size tokens)."""
+    max_num_seqs: int = 256
+    """Running requests at most (SGLang: `max_running_requests`)."""
+    max_num_batched_tokens: int = 4096
+    """Tokens scheduled per step at most (SGLang: its prefill chunk and prefill budget)."""
+    repeats: int = 3
+    """Interleaved runs of every configuration; the rows are their medians."""
+    seed: int = 0
+    policy_state: Path | None = None
+    """The `feather` bandit's table: loaded before each feather run if the file exists and
+    saved after it, so the bandit learns across runs and scenarios as a deployment would."""
+
+
+@dataclass(frozen=True)
+class VllmBenchSpec(EngineBenchSpec):
+    policies: Sequence[str] = ("grouped",)
     max_model_len: int | None = None
     """None: the model scale's context length."""
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 4096
-    repeats: int = 3
-    seed: int = 0
     dtype: str = "auto"
     policy_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     async_scheduling: bool = False
     """Run vLLM's async scheduling (the GPU default: two batches in flight, AsyncScheduler and
     FeatherAsyncScheduler), also on CPU where vLLM turns it off by default."""
-    policy_state: Path | None = None
-    """The `feather` bandit's table: loaded before each feather run if the file exists and
-    saved after it, so the bandit learns across runs and scenarios as a deployment would."""
     drop_overlong: bool = False
     """Drop requests longer than `max_model_len` (counted in the rows) instead of refusing
     the run: vLLM would reject them."""

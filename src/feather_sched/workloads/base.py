@@ -21,7 +21,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 
 from feather_sched.request import Request
-from feather_sched.workloads.arrivals import ArrivalProcess, parse_arrival
+from feather_sched.workloads.arrivals import AllAtOnce, ArrivalProcess, parse_arrival
 
 __all__ = [
     "Draft",
@@ -108,10 +108,12 @@ INT_TYPES = frozenset({"int", "int | None", int, int | None})
 under `from __future__ import annotations`, types without it)."""
 
 
+@dataclass(frozen=True, kw_only=True)
 class GeneratorConfig:
     """Validation shared by every generator config, declared per class as data.
 
-    Base for frozen dataclasses with `vocab_size` and `arrival` fields. On construction,
+    Base of the frozen generator dataclasses; the two fields every generator has are declared
+    here, keyword-only, so they follow each subclass's own fields. On construction,
     every field annotated `int` (or `int | None`) other than vocab_size must be an integer
     >= its entry in MINIMUMS (0 when absent; an entry naming another field bounds it by that
     field's value); a field whose default is None may be None. Then the vocabulary, then
@@ -120,8 +122,10 @@ class GeneratorConfig:
     """
 
     MINIMUMS: ClassVar[dict[str, int | str]] = {"output_len": 1}
-    vocab_size: int  # declared here for type checkers; each subclass's field sets it
-    arrival: ArrivalProcess
+    vocab_size: int = 32000
+    """Token ids are drawn from [0, vocab_size)."""
+    arrival: ArrivalProcess = field(default_factory=AllAtOnce)
+    """When requests arrive (a spec string such as "poisson:4" is parsed on construction)."""
 
     def __post_init__(self) -> None:
         owner = type(self).__name__

@@ -9,13 +9,13 @@ stresses cache retention rather than batch homogeneity.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from feather_sched.request import Request
-from feather_sched.workloads.arrivals import AllAtOnce, ArrivalProcess, require_number
+from feather_sched.workloads.arrivals import require_number
 from feather_sched.workloads.base import (
     Draft,
     GeneratorConfig,
@@ -49,8 +49,6 @@ class MultiTurnWorkload(GeneratorConfig):
     output_len: int = 128
     think_time_s: float = 1.0
     """Seconds between a conversation's turn arrivals (open loop; see the class doc)."""
-    vocab_size: int = 32000
-    arrival: ArrivalProcess = field(default_factory=AllAtOnce)
 
     MINIMUMS: ClassVar[dict[str, int | str]] = {
         **GeneratorConfig.MINIMUMS,

@@ -9,11 +9,10 @@ total, so the two differ only in sharing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from feather_sched.request import Request
-from feather_sched.workloads.arrivals import AllAtOnce, ArrivalProcess
 from feather_sched.workloads.base import Draft, GeneratorConfig, finish, random_tokens, seed_streams
 
 __all__ = ["NoSharingWorkload"]
@@ -26,8 +25,6 @@ class NoSharingWorkload(GeneratorConfig):
     num_requests: int = 1024
     prompt_len: int = 2176
     output_len: int = 256
-    vocab_size: int = 32000
-    arrival: ArrivalProcess = field(default_factory=AllAtOnce)
 
     MINIMUMS: ClassVar[dict[str, int | str]] = {**GeneratorConfig.MINIMUMS, "prompt_len": 1}
 

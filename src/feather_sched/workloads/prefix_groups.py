@@ -12,13 +12,13 @@ it, so the token stream, ids and order stay what each generated before they shar
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from feather_sched.request import Request
-from feather_sched.workloads.arrivals import AllAtOnce, ArrivalProcess
+from feather_sched.workloads.arrivals import ArrivalProcess
 from feather_sched.workloads.base import (
     Draft,
     GeneratorConfig,
@@ -112,23 +112,44 @@ class PrefixGroups:
         return {"prefix_len": prefix_len}
 
 
+@dataclass(frozen=True, kw_only=True)
 class PrefixGroupWorkload(GeneratorConfig):
     """Base of the named prefix-group configs: validation plus generation through `shape()`.
 
-    Subclasses are frozen dataclasses with `output_len`, `vocab_size`, `arrival` and `shuffle`
-    fields; ID_PREFIX and GROUP_LABEL name their requests and groups, PROMPT_LEN (in their own
-    field names) the sum that must be at least one token.
+    A subclass is declared as data in its class statement: `ids` and `group` name its
+    requests and groups, `prompt_len` (in its own field names) is the sum that must be at least
+    one token, and `level` names, for a one-level family point, its fields for (groups, prefix
+    tokens, requests per group, suffix tokens[, the largest prefix: prefix lengths then drawn
+    per group up to it]); a subclass without `level` writes `shape()`. Each subclass has an
+    `output_len` field.
     """
 
     ID_PREFIX: ClassVar[str]
     GROUP_LABEL: ClassVar[str]
     PROMPT_LEN: ClassVar[str]
-    output_len: int
-    shuffle: bool
+    LEVEL: ClassVar[tuple[str, ...] | None] = None
+    shuffle: bool = True
+    """Shuffle the drafts before arrival times are paired (False keeps groups contiguous)."""
+
+    def __init_subclass__(
+        cls,
+        *,
+        ids: str,
+        group: str,
+        prompt_len: str,
+        level: tuple[str, ...] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.ID_PREFIX, cls.GROUP_LABEL, cls.PROMPT_LEN, cls.LEVEL = ids, group, prompt_len, level
 
     def shape(self) -> PrefixGroups:
-        """This config as a point of the family."""
-        raise NotImplementedError
+        """This config as a point of the family (one level, from the fields `level` names)."""
+        if self.LEVEL is None:
+            raise NotImplementedError(f"{type(self).__name__} declares no level: write shape()")
+        groups, prefix_len, per_group, suffix_len, *most = (getattr(self, f) for f in self.LEVEL)
+        levels = ((per_group, suffix_len),)
+        return self._groups(groups, prefix_len, levels, prefix_len_max=most[0] if most else None)
 
     def _groups(
         self, num_groups: int, prefix_len: int, levels: tuple[tuple[int, int], ...], **rest: Any
@@ -154,7 +175,13 @@ class PrefixGroupWorkload(GeneratorConfig):
 
 
 @dataclass(frozen=True)
-class SharedPrefixWorkload(PrefixGroupWorkload):
+class SharedPrefixWorkload(
+    PrefixGroupWorkload,
+    ids="sp",
+    group="prefix",
+    prompt_len="system_prompt_len + question_len",
+    level=("num_groups", "system_prompt_len", "prompts_per_group", "question_len"),
+):
     """`num_groups` system prompts, `prompts_per_group` questions behind each.
 
     SGLang's generated-shared-prefix shape (`bench_serving.py --dataset-name
@@ -170,21 +197,16 @@ class SharedPrefixWorkload(PrefixGroupWorkload):
     system_prompt_len: int = 2048
     question_len: int = 128
     output_len: int = 256
-    vocab_size: int = 32000
-    arrival: ArrivalProcess = field(default_factory=AllAtOnce)
-    shuffle: bool = True
-
-    ID_PREFIX: ClassVar[str] = "sp"
-    GROUP_LABEL: ClassVar[str] = "prefix"
-    PROMPT_LEN: ClassVar[str] = "system_prompt_len + question_len"
-
-    def shape(self) -> PrefixGroups:
-        level = (self.prompts_per_group, self.question_len)
-        return self._groups(self.num_groups, self.system_prompt_len, (level,))
 
 
 @dataclass(frozen=True)
-class LongPrefixWorkload(PrefixGroupWorkload):
+class LongPrefixWorkload(
+    PrefixGroupWorkload,
+    ids="lp",
+    group="prefix",
+    prompt_len="prefix_len + suffix_len",
+    level=("num_prefixes", "prefix_len", "requests_per_prefix", "suffix_len", "prefix_len_max"),
+):
     """`num_prefixes` long prefixes, `requests_per_prefix` short suffixes behind each.
 
     The paper's headline case (defaults: 5 prefixes of 10,000 tokens x 200 requests, the
@@ -201,27 +223,21 @@ class LongPrefixWorkload(PrefixGroupWorkload):
     requests_per_prefix: int = 200
     suffix_len: int = 20
     output_len: int = 50
-    vocab_size: int = 32000
-    arrival: ArrivalProcess = field(default_factory=AllAtOnce)
-    shuffle: bool = True
 
-    ID_PREFIX: ClassVar[str] = "lp"
-    GROUP_LABEL: ClassVar[str] = "prefix"
-    PROMPT_LEN: ClassVar[str] = "prefix_len + suffix_len"
     MINIMUMS: ClassVar[dict[str, int | str]] = {
         **GeneratorConfig.MINIMUMS,
         "prefix_len_max": "prefix_len",
     }
 
-    def shape(self) -> PrefixGroups:
-        level = (self.requests_per_prefix, self.suffix_len)
-        return self._groups(
-            self.num_prefixes, self.prefix_len, (level,), prefix_len_max=self.prefix_len_max
-        )
-
 
 @dataclass(frozen=True)
-class DocumentQAWorkload(PrefixGroupWorkload):
+class DocumentQAWorkload(
+    PrefixGroupWorkload,
+    ids="dq",
+    group="doc",
+    prompt_len="document_len + question_len",
+    level=("num_documents", "document_len", "questions_per_document", "question_len"),
+):
     """`num_documents` documents, `questions_per_document` questions each; prompt = doc + question.
 
     Retrieval/long-context QA puts a whole document in front of every question, so the shared
@@ -236,21 +252,12 @@ class DocumentQAWorkload(PrefixGroupWorkload):
     questions_per_document: int = 16
     question_len: int = 64
     output_len: int = 128
-    vocab_size: int = 32000
-    arrival: ArrivalProcess = field(default_factory=AllAtOnce)
-    shuffle: bool = True
-
-    ID_PREFIX: ClassVar[str] = "dq"
-    GROUP_LABEL: ClassVar[str] = "doc"
-    PROMPT_LEN: ClassVar[str] = "document_len + question_len"
-
-    def shape(self) -> PrefixGroups:
-        level = (self.questions_per_document, self.question_len)
-        return self._groups(self.num_documents, self.document_len, (level,))
 
 
 @dataclass(frozen=True)
-class TreeWorkload(PrefixGroupWorkload):
+class TreeWorkload(
+    PrefixGroupWorkload, ids="tr", group="tree", prompt_len="root_len + depth * branch_len"
+):
     """`num_trees` trees: a root of `root_len` tokens, `branching` children per node.
 
     Agent scaffolds, few-shot variants and tree-of-thought searches extend one root prompt
@@ -270,13 +277,7 @@ class TreeWorkload(PrefixGroupWorkload):
     branch_len: int = 256
     samples_per_leaf: int = 4
     output_len: int = 128
-    vocab_size: int = 32000
-    arrival: ArrivalProcess = field(default_factory=AllAtOnce)
-    shuffle: bool = True
 
-    ID_PREFIX: ClassVar[str] = "tr"
-    GROUP_LABEL: ClassVar[str] = "tree"
-    PROMPT_LEN: ClassVar[str] = "root_len + depth * branch_len"
     MINIMUMS: ClassVar[dict[str, int | str]] = {**GeneratorConfig.MINIMUMS, "branching": 1}
 
     def shape(self) -> PrefixGroups:
