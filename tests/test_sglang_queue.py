@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from feather_sched.index.cht import RequestState
 from feather_sched.integrations.sglang import settings_from_env
@@ -275,3 +276,86 @@ def test_identical_prompts_are_not_deferred_behind_each_other():
     q.begin_pass(twins[1:], twins[:1])
     assert scheduler_loop(q, twins[1:], fits=1) == twins[1:]
     assert q.stats.deferrals == 0
+
+
+class SGLangLists(RuleBasedStateMachine):
+    """SGLang's waiting list and running batch under any mix of what its scheduler does to
+    them between passes (arrivals, admissions, finishes, retractions, aborts anywhere, its own
+    re-sort): after every sync the CHT holds exactly the lists, whether the sync read only
+    the appended tail (`ListSnapshot`) or diffed the whole list."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = SGLangQueue(GroupedPolicy(), chunk_tokens=32)
+        self.waiting: list = []
+        self.running: list = []
+        self.n = 0
+
+    @rule(group=st.sampled_from("ABCD"))
+    def arrive(self, group):
+        self.n += 1
+        self.waiting.append(req(f"{group}{self.n}", group))
+
+    @rule(fits=st.integers(0, 4))
+    def admission_pass(self, fits):
+        self.q.begin_pass(self.waiting, self.running)
+        self.q.check(self.waiting, self.running)
+        admitted = scheduler_loop(self.q, self.waiting, fits)
+        done = set(map(id, admitted))
+        self.waiting = [r for r in self.waiting if id(r) not in done]  # a new list, as SGLang
+        self.running += admitted
+
+    @rule(data=st.data())
+    def finish(self, data):
+        if self.running:
+            self.running.pop(data.draw(st.integers(0, len(self.running) - 1)))
+
+    @rule(data=st.data())
+    def retract(self, data):
+        if self.running:
+            i = data.draw(st.integers(0, len(self.running) - 1))
+            self.waiting.append(self.running.pop(i))
+
+    @rule(data=st.data())
+    def abort_waiting(self, data):
+        if self.waiting:
+            del self.waiting[data.draw(st.integers(0, len(self.waiting) - 1))]  # in place
+
+    @rule()
+    def resort(self):
+        self.waiting.reverse()
+
+    @rule()
+    def idle_sync(self):
+        self.q.sync(self.waiting, self.running)
+        self.q.check(self.waiting, self.running)
+
+
+TestSGLangLists = SGLangLists.TestCase
+TestSGLangLists.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
+
+
+def test_a_plain_pass_reads_only_the_appended_tail():
+    """Admit from the head, append arrivals: the next sync takes the snapshot's fast path."""
+    q = SGLangQueue(GroupedPolicy(), chunk_tokens=32)
+    waiting, running = interleaved(4), []
+    for step in range(3):
+        q.begin_pass(waiting, running)
+        admitted = scheduler_loop(q, waiting, fits=2)
+        waiting = [r for r in waiting if r not in admitted] + [req(f"new{step}", "A")]
+        running += admitted
+    q.sync(waiting, running)
+    q.check(waiting, running)
+    assert (q.snapshot.full, q.snapshot.fast) == (1, 3)
+
+
+@given(st.integers(1, 40), st.data())
+def test_move_is_pop_then_insert(n, data):
+    from feather_sched.integrations.list_snapshot import move
+
+    j = data.draw(st.integers(0, n - 1))
+    slot = data.draw(st.integers(0, j))
+    got, want = list(range(n)), list(range(n))
+    move(got, j, slot)
+    want.insert(slot, want.pop(j))
+    assert got == want

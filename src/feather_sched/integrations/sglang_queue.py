@@ -14,7 +14,8 @@ the slot the scheduler's `for` loop reads next (a list iterator reads by index, 
 ahead of it is seen; Python reference, "The for statement"). No order is computed for requests
 SGLang will not reach this pass, and ADD/STOP is asked exactly when SGLang offers a request.
 
-The CHT follows SGLang's lists by request id (set differences per pass), through the same
+The CHT follows SGLang's lists by request id (set differences per pass, over only the
+appended entries when the rest is as the last pass left it: `ListSnapshot`), through the same
 `RequestTracker` the vLLM adapter uses (host/tracker.py); only prompts seen for the first
 time are hashed (`chunk_digests` over `origin_input_ids`). This module imports nothing
 from SGLang: it reads `rid`, `origin_input_ids`, `sampling_params.max_new_tokens`, `extra_key`
@@ -34,6 +35,7 @@ import numpy as np
 
 from feather_sched.host.admission import AdmissionPass, Hosted, PolicyHost
 from feather_sched.host.tracker import RequestFields, RequestTracker, chunk_blocks
+from feather_sched.integrations.list_snapshot import ListSnapshot, move
 from feather_sched.policies.base import Policy
 from feather_sched.request import Request
 from feather_sched.settings import PolicyStateSaver
@@ -110,6 +112,8 @@ class SGLangQueue(Hosted):
         self._last_step: tuple[float, int, int] | None = None
         self.state_saver: PolicyStateSaver | None = None
         """Saves the policy's learned state while serving (`FEATHER_POLICY_STATE`)."""
+        self.snapshot = ListSnapshot()
+        """SGLang's waiting list as the last pass left it (`sync` reads only what changed)."""
         self.adder_classes: dict[type, type] = {}
         """Feather adder subclasses built for this queue, by SGLang base class."""
 
@@ -160,38 +164,33 @@ class SGLangQueue(Hosted):
     def sync(self, waiting_queue: Sequence[Any], running: Iterable[Any] | None) -> None:
         """Make the CHT hold SGLang's waiting list (WAITING) and running batch (RUNNING).
 
-        A diff by rid (C-level set operations; rids are strings with cached hashes), so only
-        requests that moved cost Python work. `running=None` (a caller without a running
-        batch) leaves the running side alone.
+        A diff by rid, so only requests that moved cost Python work; when the list is the
+        last pass's without its admitted head plus appended entries (`ListSnapshot`), only
+        the appended ones are read. `running=None` (a caller without a running batch) leaves
+        the running side alone.
         """
-        book, index = self.book, self.index
+        book = self.book
         waiting, run = book.waiting_ids, book.running_ids
-        cur_w = set(map(_rid, waiting_queue))
+        left, joined, listed = self._list_changes(waiting_queue)
         running_reqs = None if running is None else list(running)
         cur_r = None if running_reqs is None else set(map(_rid, running_reqs))
-        chunked = self.chunked_rid
-        if chunked is not None:
-            # SGLang offers its chunked request to the adder every pass until its last chunk;
-            # one the last pass did not see was aborted or has finished chunking.
-            stale = self._chunk_pass != self.passes - 1
-            if stale or chunked in cur_w or chunked not in index:
-                self.chunked_rid = chunked = None
-            elif cur_r is not None:
-                cur_r.add(chunked)
+        chunked = self._live_chunked(listed)
+        if chunked is not None and cur_r is not None:
+            cur_r.add(chunked)
         now = self._clock()
         # left the waiting list: admitted (now running) or aborted
-        for rid in waiting - cur_w:
+        for rid in left:
             if cur_r is None or rid in cur_r:
                 book.running(book.engine_request(rid), now)
             else:
                 book.forget(rid)
         # left the running batch without coming back to the list: finished or aborted
         if cur_r is not None:
-            for rid in run - cur_r - cur_w:
+            for rid in run - cur_r - joined:
                 book.forget(rid)
         # joined the list: retracted/preempted running requests, or new arrivals
         fresh: set[str] = set()
-        for rid in cur_w - waiting:
+        for rid in joined:
             if rid in run:
                 book.waiting(book.engine_request(rid), now)  # waits again from now
             else:
@@ -212,6 +211,35 @@ class SGLangQueue(Hosted):
             unknown.discard(chunked)
             if unknown:
                 self._add_new(iter(running_reqs), unknown, now, running=True)
+        self.snapshot.take(waiting_queue)
+
+    def _list_changes(
+        self, waiting_queue: Sequence[Any]
+    ) -> tuple[set[str], set[str], Callable[[str], bool]]:
+        """(rids that left the list, rids that joined it, is-a-rid-on-the-list) since the
+        last sync: from the appended tail when the snapshot vouches for the rest, else from
+        the whole list."""
+        waiting = self.book.waiting_ids
+        tail = self.snapshot.appended(waiting_queue)
+        if tail is not None:
+            joined = set(map(_rid, tail))
+            if not joined & waiting:
+                return set(), joined, lambda rid: rid in waiting or rid in joined
+        cur_w = set(map(_rid, waiting_queue))
+        return waiting - cur_w, cur_w - waiting, cur_w.__contains__
+
+    def _live_chunked(self, listed: Callable[[str], bool]) -> str | None:
+        """The request still being prefilled chunk by chunk, if it still is: SGLang offers its
+        chunked request to the adder every pass until its last chunk; one the last pass did
+        not see was aborted or has finished chunking."""
+        chunked = self.chunked_rid
+        if chunked is None:
+            return None
+        stale = self._chunk_pass != self.passes - 1
+        if stale or listed(chunked) or chunked not in self.index:
+            self.chunked_rid = None
+            return None
+        return chunked
 
     def note_chunked(self, req: Any, still_chunked: bool) -> None:
         """The adder scheduled a chunk of `req` (`PrefillAdder.add_chunked_req`)."""
@@ -240,7 +268,9 @@ class SGLangQueue(Hosted):
         self.stats.hashed = book.hashed
 
     def _admit(self, rid: str) -> None:
-        self.book.running(self.book.engine_request(rid), self._clock())
+        req = self.book.engine_request(rid)
+        self.book.running(req, self._clock())
+        self.snapshot.admitted(req)
         self.stats.admitted += 1
 
     # ------------------------------------------------------------------ one admission pass
@@ -347,7 +377,8 @@ class SGLangQueue(Hosted):
             p.step.hand_over()
             return
         if j != slot:
-            queue.insert(slot, queue.pop(j))
+            move(queue, j, slot)
+            self.snapshot.moved(j, slot)
         p.pending = rid
         p.pos = slot
 
