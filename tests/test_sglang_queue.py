@@ -359,3 +359,16 @@ def test_move_is_pop_then_insert(n, data):
     move(got, j, slot)
     want.insert(slot, want.pop(j))
     assert got == want
+
+
+def test_position_finds_requests_in_a_sorted_or_resorted_list():
+    """The binary search on entry order finds every request; a list SGLang re-sorted still
+    finds them (the scan behind the identity check)."""
+    q = SGLangQueue(GroupedPolicy(), chunk_tokens=32)
+    waiting = interleaved(10)
+    q.sync(waiting, [])
+    assert [q._position(waiting, r.rid, 0) for r in waiting] == list(range(len(waiting)))
+    waiting.reverse()
+    assert [q._position(waiting, r.rid, 0) for r in waiting] == list(range(len(waiting)))
+    with pytest.raises(ValueError):
+        q._position(waiting[:5], waiting[7].rid, 0)

@@ -25,6 +25,7 @@ request object (`VLLM_FIELDS`, the default; the SGLang adapter and the simulator
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -130,6 +131,8 @@ class _Meta:
     arrived: float
     block_digests: list[int] | None = None
     request: Request | None = None
+    order: int = 0
+    """Rank of its latest entry into the waiting queue among all entries (`order`)."""
 
 
 class TrackerError(RuntimeError):
@@ -165,6 +168,7 @@ class RequestTracker:
         self.running_ids: set[str] = set()
         self.hashed = 0
         """Prompts hashed here (not by the engine), each once, when first seen."""
+        self._entries = itertools.count()
 
     # ------------------------------------------------------------------ transitions
     def waiting(self, req: Any, now: float) -> None:
@@ -178,7 +182,8 @@ class RequestTracker:
             self.cht.preempt(rid)
             self.running_ids.discard(rid)
         else:
-            self._not_a_move(rid, "waiting", "it is already waiting")
+            return self._not_a_move(rid, "waiting", "it is already waiting")
+        meta.order = next(self._entries)
         self.waiting_ids.add(rid)
 
     def running(self, req: Any, now: float) -> None:
@@ -241,6 +246,11 @@ class RequestTracker:
 
     def entered(self, request_id: str) -> float:
         return self._meta[request_id].entered
+
+    def order(self, request_id: str) -> int:
+        """Rank of the request's latest entry into the waiting queue: an engine that appends
+        arrivals and re-queued requests to its list keeps the list sorted by it."""
+        return self._meta[request_id].order
 
     def engine_request(self, request_id: str) -> Any:
         """The engine's own request object (the latest one seen under this id)."""

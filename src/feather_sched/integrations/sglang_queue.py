@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -371,7 +372,7 @@ class SGLangQueue(Hosted):
             return
         queue = p.queue
         try:
-            j = queue.index(self.book.engine_request(rid), slot)
+            j = self._position(queue, rid, slot)
         except ValueError:  # not in the list the scheduler walks: leave the order to SGLang
             self.stats.handovers += 1
             p.step.hand_over()
@@ -381,6 +382,20 @@ class SGLangQueue(Hosted):
             self.snapshot.moved(j, slot)
         p.pending = rid
         p.pos = slot
+
+    def _position(self, queue: list, rid: str, slot: int) -> int:
+        """Where request `rid` stands in the list, at `slot` or after (ValueError: absent).
+
+        SGLang appends arrivals and retracted requests, so beyond the candidates Feather moved
+        to the head its list is sorted by `RequestTracker.order`: a binary search finds the
+        request in ~14 probes at 10,000 waiting, where `list.index` compares entry after
+        entry. A list not sorted there (SGLang's own re-sort) fails the identity check and
+        falls back to the scan."""
+        req, order = self.book.engine_request(rid), self.book.order
+        i = bisect_left(queue, order(rid), lo=slot, key=lambda r: order(r.rid))
+        if i < len(queue) and queue[i] is req:
+            return i
+        return queue.index(req, slot)
 
     def _end_pass(self) -> None:
         p, self._pass = self._pass, None
