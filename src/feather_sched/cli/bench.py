@@ -299,9 +299,15 @@ def _sim_spec(opts: dict[str, Any]) -> BenchSpec:
         limit=opts["limit"],
         slo=SLO(opts["slo_ttft"], opts["slo_tpot"]),
         rates=None if rates is None else float_list(rates, "--rates"),
-        scheduler_cpu=opts["scheduler_cpu"] or BenchSpec.scheduler_cpu,
+        scheduler_cpu=_given(opts["scheduler_cpu"], BenchSpec.scheduler_cpu),
         **_passed_on(opts),
     )
+
+
+def _given(value: Any, default: Any) -> Any:
+    """An option's value as given (an empty string too: validation names it), else the
+    default."""
+    return default if value is None else value
 
 
 def _bench_sim(spec: BenchSpec, json_out: Path, plot: Path) -> None:
