@@ -5,7 +5,8 @@ Traffic: SGLang's generated-shared-prefix shape at the scale of `feather sglang-
 record (64 system prompts of 1,500 tokens, 500-token questions, 128 output tokens),
 shuffled, every request arriving at t=0, so the queue holds all N at the first pass. Engine:
 the measured H200 profile (`h200`, benchmarks/gpu.md) + Llama-3.1-8B, vLLM V1 defaults,
-the scheduler CPU hidden under the step up to its length (async scheduling / overlap loop).
+the scheduler CPU hidden under the step up to its length (async scheduling / overlap loop;
+`--sync`: added to it, a synchronous loop).
 Deterministic: one run per cell (`model` charges modelled seconds, not timed ones).
 
 Usage: python benchmarks/queue_sweep.py [--sizes 128,1000,10000] [--policies ...]
@@ -51,9 +52,9 @@ def traffic(n: int) -> list:
     return workload.generate(0)[:n]
 
 
-def run_cell(n: int, policy: str, mode: str, cost: StepCostModel) -> dict:
+def run_cell(n: int, policy: str, mode: str, cost: StepCostModel, sync: bool = False) -> dict:
     options = {"hardware": HARDWARE, "model": MODEL} if policy.startswith("feather") else {}
-    engine = EngineConfig(scheduler_cpu=mode)
+    engine = EngineConfig(scheduler_cpu=mode, async_scheduling=not sync)
     t0 = time.perf_counter()
     summary = simulate(traffic(n), make_policy(policy, **options), cost, engine).summary()
     row = {"waiting": n, "policy": policy, "scheduler_cpu": mode}
@@ -109,6 +110,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="128,1000,10000")
     ap.add_argument("--policies", default=POLICIES)
     ap.add_argument("--modes", default="model,off")
+    ap.add_argument("--sync", action="store_true", help="a synchronous loop: gpu + cpu")
     ap.add_argument("--json", default="benchmarks/queue-sweep-sim.json")
     ap.add_argument("--plot", default="benchmarks/queue-sweep-sim.png")
     args = ap.parse_args()
@@ -117,7 +119,7 @@ def main() -> None:
     for n in (int(s) for s in args.sizes.split(",")):
         for mode in args.modes.split(","):
             for policy in args.policies.split(","):
-                rows.append(run_cell(n, policy, mode, cost))
+                rows.append(run_cell(n, policy, mode, cost, args.sync))
                 print(rows[-1], flush=True)
     add_ratios(rows)
     write_record(
@@ -128,7 +130,9 @@ def main() -> None:
         model=MODEL,
         shape=SHAPE,
         scheduler_cpu_model=load_scheduler_cpu().provenance,
-        scheduler_cpu_rule="max(gpu, cpu) (async scheduling / overlap loop)",
+        scheduler_cpu_rule="gpu + cpu (a synchronous loop)"
+        if args.sync
+        else "max(gpu, cpu) (async scheduling / overlap loop)",
         rows=rows,
     )
     plot(rows, args.plot)
