@@ -176,3 +176,15 @@ def test_the_bench_charges_the_model_by_default_and_says_so(tmp_path: Path) -> N
     assert record["config"]["scheduler_cpu_rule"] == "max(gpu, cpu)"
     shares = {r["policy"]: r["sched_cpu_share"] for r in record["rows"]}
     assert 0 < shares["fcfs"] < shares["dfs-weight"] < 1
+
+
+def test_measured_charges_the_policys_timed_python() -> None:
+    """`measured` charges what the host timed (so only its sign is checked here), sync adds
+    it; the model's rows play no part."""
+    clock = SchedCpuClock.for_run("measured", "no-such-policy", async_scheduling=False)
+    assert clock is not None and clock.row is None
+    clock.passed(0.004, waiting=10_000, admitted=3)
+    assert clock.step(0.010) == pytest.approx(0.014)
+    result = _tiny(EngineConfig(scheduler_cpu="measured", async_scheduling=False))
+    assert result.extra["sched_cpu_ms_per_step"] > 0
+    assert SchedCpuClock.for_run("off", "no-such-policy", True) is None
