@@ -5,6 +5,9 @@ grouped, feather with its prior, feather-paper, dfs-weight) on H100 (the profile
 the measured H200) + Llama-3.1-8B. Run it on the code before and after a change and compare
 the two files: identical means the change kept the simulator's behaviour (benchmarks/host.md).
 benchmarks/sim-check.json is the baseline at the hold bound (policies/hold.py, 2026-12-05).
+The scheduler's CPU stays off the clock (`EngineConfig(scheduler_cpu="off")`, issue 31): the
+check compares what the policies decide and the engine does, not a CPU cost model's figures
+(the `model` mode's own tests are in tests/test_scheduler_cpu.py).
 Usage: python benchmarks/sim_check.py OUT.json [--against BEFORE.json]
 """
 
@@ -33,7 +36,7 @@ def summaries() -> dict[str, dict]:
     for workload in WORKLOADS:
         requests = build_workload(workload).generate(0)
         for kv in (None, 3000):
-            engine = EngineConfig(num_kv_blocks=kv) if kv else EngineConfig()
+            engine = EngineConfig(num_kv_blocks=kv, scheduler_cpu="off")
             for name in POLICIES:
                 options = {"hardware": "h100", "model": MODEL} if name == "feather" else {}
                 s = simulate(requests, make_policy(name, **options), cost, engine).summary()

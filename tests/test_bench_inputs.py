@@ -146,6 +146,9 @@ BAD_BENCH = [
     (["--rates", "0,5"], 2, "--rates"),
     (["--rates", "x"], 2, "--rates"),
     (["--rates", "5", "--rate-scale", "2"], 2, "--rates"),
+    (["--scheduler-cpu", "fast"], 2, "--scheduler-cpu 'fast': no such mode; valid: model"),
+    (["--scheduler-cpu", ""], 2, "valid: model, measured, off"),
+    (["--engine", "vllm", "--scheduler-cpu", "off"], 2, "--scheduler-cpu: simulator only"),
 ]
 
 

@@ -114,17 +114,22 @@ def add_router_relative(rows: Sequence[dict]) -> None:
 
 
 def cluster_title(spec: ClusterBenchSpec) -> str:
+    from feather_sched.bench.runner import scheduler_cpu_label
+
     base = spec.base
     return (
         f"feather bench: {spec.replicas} replicas, {base.hardware} + {base.model}, "
-        f"{base.kernel} kernel, seed {base.seed}"
+        f"{base.kernel} kernel, seed {base.seed}, {scheduler_cpu_label(base)}"
     )
 
 
 def cluster_config(spec: ClusterBenchSpec) -> dict[str, Any]:
     """The record's config: what ran, each router's replica policy included."""
+    from feather_sched.bench.runner import scheduler_cpu_provenance
+
     base = spec.base
     return {
+        **scheduler_cpu_provenance(base),
         "replicas": spec.replicas,
         "routers": list(spec.routers),
         "replica_policy": {r: REPLICA_POLICY[r] for r in spec.routers},

@@ -193,6 +193,18 @@ COLUMNS: tuple[Column, ...] = (
         kinds=_ONE_ENGINE,
         wide=True,
     ),
+    Column(
+        "sched_cpu_share",
+        "cpu%",
+        "scheduler CPU charged over step time (--scheduler-cpu)",
+        "%",
+        scale=100,
+        format=".1f",
+        better="lower",
+        width=5,
+        kinds=_ONE_ENGINE,
+        wide=True,
+    ),
     Column("preemptions", "preempt", "preemptions", format=",d", width=7, wide=True),
     Column(
         "router_us_per_request",

@@ -36,6 +36,7 @@ from feather_sched.bench.suite import (
     unscaled_workloads,
 )
 from feather_sched.cost import load_hardware
+from feather_sched.cost.scheduler_cpu import load_scheduler_cpu
 
 
 def package_version() -> str:
@@ -79,6 +80,28 @@ def hardware_provenance(hardware: str) -> dict[str, str]:
     return {"hardware_provenance": hw.provenance, "hardware_provenance_note": hw.provenance_note}
 
 
+def scheduler_cpu_provenance(spec: BenchSpec) -> dict[str, Any]:
+    """What a record says of the scheduler's CPU on its clock: the mode, the overlap rule
+    and, for the model, the record it was fitted from."""
+    mode = spec.scheduler_cpu
+    note = {
+        "model": load_scheduler_cpu().provenance,
+        "measured": "the policy's own Python CPU as the simulator timed it on this host",
+        "off": "not charged",
+    }[mode]
+    rule = "max(gpu, cpu)" if spec.engine.async_scheduling else "gpu + cpu"
+    return {"scheduler_cpu": mode, "scheduler_cpu_rule": rule, "scheduler_cpu_note": note}
+
+
+def scheduler_cpu_label(spec: BenchSpec) -> str:
+    """The header's words for it, as the hardware's `name (provenance)`."""
+    info = scheduler_cpu_provenance(spec)
+    if info["scheduler_cpu"] == "off":
+        return "scheduler CPU off the clock"
+    source = load_scheduler_cpu().record if info["scheduler_cpu"] == "model" else "timed here"
+    return f"scheduler CPU {info['scheduler_cpu']} ({source}), step = {info['scheduler_cpu_rule']}"
+
+
 def provenance_warning(hardware: str) -> str | None:
     """One line for stderr when the profile is not measured (None when it is)."""
     hw = load_hardware(hardware)
@@ -98,6 +121,7 @@ def sim_config(spec: BenchSpec, prepared: dict[str, PreparedWorkload]) -> dict[s
         "engine_kind": "sim",
         "hardware": spec.hardware,
         **hardware_provenance(spec.hardware),
+        **scheduler_cpu_provenance(spec),
         "model": spec.model,
         "kernel": spec.kernel,
         "seed": spec.seed,
@@ -181,7 +205,7 @@ class SimBench:
         hw = load_hardware(s.hardware)
         return (
             f"feather bench, simulated: {hw.name} ({hw.provenance}) + {s.model}, "
-            f"{s.kernel} kernel, seed {s.seed}{extra}"
+            f"{s.kernel} kernel, seed {s.seed}, {scheduler_cpu_label(s)}{extra}"
         )
 
     def run(self) -> int:

@@ -13,6 +13,7 @@ from feather_sched.bench.context import fit_context
 from feather_sched.bench.oracle import default_caps, oracle_sweep
 from feather_sched.bench.report import add_relative
 from feather_sched.cost.resolve import prior_cost, resolve_cost
+from feather_sched.cost.scheduler_cpu import check_mode, load_scheduler_cpu
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.base import Policy
 from feather_sched.policies.feather import FeatherPolicy
@@ -95,6 +96,10 @@ class BenchSpec:
     """Goodput counts the requests that meet it."""
     steps_out: Path | None = None
     """A JSONL step log (`bench.steplog`): one line per simulated step of every run."""
+    scheduler_cpu: str = "model"
+    """The scheduler's CPU on the simulated clock (`sim.sched_cpu`): `model` (fitted from
+    SGLang's own code, `cost.scheduler_cpu`), `measured` or `off`; hidden under the step up
+    to its GPU time, as the engines' default async/overlap loops do."""
     rates: tuple[float, ...] | None = None
     """A latency-throughput sweep: each workload run at each of these request rates
     (requests/s; Poisson arrivals for generated workloads, the trace's own timestamps
@@ -148,6 +153,7 @@ class BenchSpec:
         for name, value in (("--slo-ttft", self.slo.ttft_s), ("--slo-tpot", self.slo.tpot_s)):
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a finite number of seconds > 0, got {value}")
+        self.check_scheduler_cpu()
         blocks = self.engine.num_kv_blocks
         if blocks is not None and not (1 <= blocks <= MAX_KV_BLOCKS):
             raise ValueError(
@@ -155,12 +161,21 @@ class BenchSpec:
             )
 
     def engine_for(self, workload: str) -> EngineConfig:
-        """The engine settings for one workload: the suite's needs, then explicit options."""
+        """The engine settings for one workload: the suite's needs, then explicit options
+        (the scheduler CPU mode is the bench's)."""
         suite = SUITE.get(workload)
-        if suite is None or not suite.engine:
-            return self.engine
-        changes = {k: v for k, v in suite.engine.items() if k not in self.engine_overrides}
-        return dataclasses.replace(self.engine, **changes)
+        own = suite.engine if suite is not None else {}
+        changes = {k: v for k, v in own.items() if k not in self.engine_overrides}
+        return dataclasses.replace(self.engine, scheduler_cpu=self.scheduler_cpu, **changes)
+
+    def check_scheduler_cpu(self) -> None:
+        """`--scheduler-cpu` names a mode, and under `model` every policy has a CPU row (the
+        oracle runs grouped)."""
+        check_mode(self.scheduler_cpu)
+        if self.scheduler_cpu == "model":
+            model = load_scheduler_cpu()
+            for name in self.policies:
+                model.for_policy("grouped" if name == "oracle" else name)
 
     def total_runs(self) -> int:
         n = 0

@@ -158,6 +158,15 @@ _Rates = Annotated[
         "runs at each (Poisson arrivals; a trace rescaled to that mean rate), plotted.",
     ),
 ]
+_SchedulerCpu = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler-cpu",
+        help="The scheduler's CPU on the simulated clock: model (default: per-policy costs "
+        "fitted from SGLang's own code), measured (the policy's Python as timed here) or off; "
+        "hidden under the GPU step up to its length (async scheduling / overlap loop).",
+    ),
+]
 _StepsOut = Annotated[
     Path | None,
     typer.Option(
@@ -192,6 +201,7 @@ def bench(
     slo_ttft: _SloTtft = None,
     slo_tpot: _SloTpot = None,
     steps_out: _StepsOut = None,
+    scheduler_cpu: _SchedulerCpu = None,
     rates: _Rates = None,
     replicas: _BenchReplicas = None,
     routers: _BenchRouters = None,
@@ -232,6 +242,7 @@ SIM_ONLY = (
     "rates",
     "replicas",
     "routers",
+    "scheduler_cpu",
 )
 """Options only the simulator takes (for now)."""
 
@@ -288,8 +299,15 @@ def _sim_spec(opts: dict[str, Any]) -> BenchSpec:
         limit=opts["limit"],
         slo=SLO(opts["slo_ttft"], opts["slo_tpot"]),
         rates=None if rates is None else float_list(rates, "--rates"),
+        scheduler_cpu=_given(opts["scheduler_cpu"], BenchSpec.scheduler_cpu),
         **_passed_on(opts),
     )
+
+
+def _given(value: Any, default: Any) -> Any:
+    """An option's value as given (an empty string too: validation names it), else the
+    default."""
+    return default if value is None else value
 
 
 def _bench_sim(spec: BenchSpec, json_out: Path, plot: Path) -> None:

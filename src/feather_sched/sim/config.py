@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from feather_sched.cost.profiles import HardwareProfile, ModelProfile
+from feather_sched.cost.scheduler_cpu import check_mode
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,15 @@ class EngineConfig:
     check_invariants_every: int = 0
     """Run the KV cache's full invariant check every N steps (0: only at the end)."""
     max_steps: int = 5_000_000
+    scheduler_cpu: str = "off"
+    """The scheduler's CPU on the clock (`sim.sched_cpu`): `model` (fitted from SGLang's own
+    code, `cost.scheduler_cpu`), `measured` (the policy's Python as timed here) or `off`
+    (none: the default here, so every caller keeps its results; `feather bench` asks for
+    `model`)."""
+    async_scheduling: bool = True
+    """How that CPU meets the GPU: True, a step takes the longer of the two (vLLM's async
+    scheduling and SGLang's overlap loop, both on by default on a GPU); False, their sum
+    (a synchronous loop)."""
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "index_chunk_size"):
@@ -40,6 +50,7 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError("EngineConfig.gpu_memory_utilization must be in (0, 1]")
+        check_mode(self.scheduler_cpu)
         if self.check_invariants_every < 0:
             raise ValueError("EngineConfig.check_invariants_every must be >= 0")
 

@@ -26,6 +26,7 @@ from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.kv_cache import PagedKVCache, block_hashes
 from feather_sched.sim.result import RequestRecord, SimResult, StepLog
+from feather_sched.sim.sched_cpu import SchedCpuClock
 
 
 class SimulationError(RuntimeError):
@@ -77,6 +78,7 @@ class _Run:
     policy_s: float = 0.0  # CPU time inside the policy
     engine_admit_s: float = 0.0  # CPU time of the engine's own admission bookkeeping
     recomputed: int = 0
+    cpu: SchedCpuClock | None = None  # the scheduler's CPU on the clock (None: off)
     wall_start: float = field(default_factory=time.perf_counter)
 
 
@@ -113,6 +115,7 @@ class Simulator(Hosted):
         self._num_preemptions = 0
         self.block_size = c.block_size  # SchedulerView: the prefix cache's block, in tokens
         self.max_num_seqs = c.max_num_seqs
+        SchedCpuClock.for_run(c.scheduler_cpu, policy.name, c.async_scheduling)  # checked now
 
     # ------------------------------------------------------------------ SchedulerView
     @property
@@ -221,7 +224,9 @@ class Simulator(Hosted):
         self.policy.reset()
         self.host.stats = HostStats()
         self._now = order[0].arrival_time if order else 0.0
-        return _Run(pending=order, deps=deps, total=len(order))
+        c = self.config
+        cpu = SchedCpuClock.for_run(c.scheduler_cpu, self.policy.name, c.async_scheduling)
+        return _Run(pending=order, deps=deps, total=len(order), cpu=cpu)
 
     def _release(self, req: Request, at: float) -> None:
         """A request enters the waiting queue (and the CHT) at time `at`."""
@@ -231,6 +236,8 @@ class Simulator(Hosted):
         self._seqs[req.request_id] = seq
         self._waiting[req.request_id] = seq
         self.tracker.waiting(seq, at)
+        if self._run.cpu is not None:
+            self._run.cpu.arrived(1)
 
     def _release_arrivals(self, run: _Run) -> None:
         """Requests that have arrived by now; one whose parent is unfinished waits for it."""
@@ -294,20 +301,21 @@ class Simulator(Hosted):
         can_admit = not preempted or not running
         if not (can_admit and self._waiting and budget > 0 and len(running) < cfg.max_num_seqs):
             return
+        waiting = len(self._waiting)
         t0 = time.perf_counter()
         policy_s, step = self._admit(budget, scheduled)
         run.policy_s += policy_s
         run.engine_admit_s += time.perf_counter() - t0 - policy_s
         head = step.force_head(len(running), lambda: next(iter(self._waiting), None))
-        if head is None:
-            return
-        if not self._try_admit(head, cfg.max_num_batched_tokens, scheduled):
+        if head is not None and not self._try_admit(head, cfg.max_num_batched_tokens, scheduled):
             seq = self._waiting[head]
             raise SimulationError(
                 f"request {head!r} ({seq.prefill_target} tokens) does not fit in an "
                 f"empty KV cache of {self.kv.num_free_blocks} blocks x "
                 f"{cfg.block_size} tokens"
             )
+        if run.cpu is not None:
+            run.cpu.passed(policy_s, waiting, waiting - len(self._waiting))
 
     def _cost_step(self, run: _Run, scheduled: list[tuple[_Seq, int]]) -> tuple[float, int]:
         """The batch's shape through the cost model; time advances. Returns (step seconds,
@@ -316,7 +324,7 @@ class Simulator(Hosted):
             raise SimulationError("no request could be scheduled in a step (engine stalled)")
         shape = self._shape(scheduled)
         cost = self.cost.breakdown(shape)
-        dt = cost.total_s
+        dt = cost.total_s if run.cpu is None else run.cpu.step(cost.total_s)
         self._now += dt
         run.log.append(
             self._now,
@@ -404,6 +412,7 @@ class Simulator(Hosted):
                 "decisions": self.host.stats.decisions,
                 "recomputed_tokens": run.recomputed,
                 **counters,
+                **(run.cpu.summary() if run.cpu is not None else {}),
             },
         )
 
