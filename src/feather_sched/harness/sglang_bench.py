@@ -24,6 +24,8 @@ SGLANG_POLICIES = ("fcfs", "lpm", "dfs-weight")
 """SGLang's own `--schedule-policy` names the bench runs with the plugin off (under
 `--engine sglang` these names mean SGLang's code, not Feather's reimplementations)."""
 BASELINE = "fcfs"
+SGLANG_DEFAULT_POLICIES = ("fcfs", "lpm", "feather", "feather-paper", "feather-upstream")
+"""SGLang's own fcfs and lpm beside Feather and the authors' two policies."""
 """SGLang's own FCFS: the baseline of `vs_fcfs`, always run."""
 STEP_COST_PROFILES = {
     "tiny-llama": "cpu-vllm-fitted.json",
@@ -48,7 +50,7 @@ class SGLangBenchSpec:
     (`VllmBenchSpec`'s, blocks of `block_size` tokens -> SGLang's `max_total_tokens`)."""
 
     workloads: Sequence[str] | None = None
-    policies: Sequence[str] = ("fcfs", "lpm", "feather")
+    policies: Sequence[str] = SGLANG_DEFAULT_POLICIES
     model: str | None = None
     scenarios: Sequence[Any] | None = None
     block_size: int = 32
@@ -262,7 +264,7 @@ def bench_from_cli(
     """`feather bench --engine sglang`'s rows, title and JSON config (cli.py prints them)."""
     spec = SGLangBenchSpec(
         workloads=tuple(workloads) or None,
-        policies=tuple(policies) or ("fcfs", "lpm", "feather"),
+        policies=tuple(policies) or SGLANG_DEFAULT_POLICIES,
         model=model,
         scenarios=scenarios,
         max_num_seqs=max_num_seqs or SGLangBenchSpec.max_num_seqs,
