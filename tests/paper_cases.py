@@ -23,8 +23,8 @@ def prompt(chunks: str, tail: int = 0) -> np.ndarray:
 
 
 class PaperHost:
-    """A SchedulerView over a real CHT (64-token chunks: the policies must not read them) and
-    the host's side of a pass."""
+    """The parts of a SchedulerView the authors' policies read, over a real CHT (64-token
+    chunks: the policies must not read them), and the host's side of a pass."""
 
     block_size = 16
     max_num_seqs = 256
@@ -38,10 +38,6 @@ class PaperHost:
     @property
     def num_running(self) -> int:
         return self.index.num_running
-
-    @property
-    def num_waiting(self) -> int:
-        return self.index.num_waiting
 
     def waiting_ids(self) -> Iterator[str]:
         return self.index.waiting_ids()

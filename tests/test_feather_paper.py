@@ -18,7 +18,7 @@ from feather_sched.policies.registry import make_policy
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.engine import simulate
 from feather_sched.workloads import LongPrefixWorkload
-from tests.paper_cases import PaperHost, prompt
+from paper_cases import PaperHost, prompt
 
 ADD, STOP = True, False
 

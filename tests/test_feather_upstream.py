@@ -8,6 +8,7 @@ are 50-token chunks (`paper_cases.prompt`).
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +18,7 @@ from feather_sched.policies.registry import make_policy, policy_names
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.engine import simulate
 from feather_sched.workloads import SharedPrefixWorkload
-from tests.paper_cases import PaperHost, prompt
+from paper_cases import PaperHost, prompt
 
 ADD, STOP = True, False
 
@@ -103,29 +104,47 @@ COST = StepCostModel("h100-free-l2", "llama-3-8b")
     groups=st.integers(1, 4),
     per_group=st.integers(1, 8),
     system=st.integers(30, 260),
-    kv_blocks=st.integers(12, 60),
+    output=st.integers(8, 64),
+    kv_blocks=st.integers(22, 60),  # the longest request (340 tokens) fits an empty cache
     max_seqs=st.integers(1, 16),
     seed=st.integers(0, 100),
 )
 def test_never_drops_duplicates_or_starves(
-    name: str, groups: int, per_group: int, system: int, kv_blocks: int, max_seqs: int, seed: int
+    name: str,
+    groups: int,
+    per_group: int,
+    system: int,
+    output: int,
+    kv_blocks: int,
+    max_seqs: int,
+    seed: int,
 ) -> None:
     """Every request finishes exactly once with its full output, also when the KV cache is
     small enough to preempt (the authors' tree then never offers the preempted request again:
     the host's never-stall rule admits it once nothing runs)."""
-    requests = SharedPrefixWorkload(
-        num_groups=groups,
-        prompts_per_group=per_group,
-        system_prompt_len=system,
-        question_len=16,
-        output_len=8,
-    ).generate(seed=seed)
+    shape = {"num_groups": groups, "prompts_per_group": per_group, "system_prompt_len": system}
+    requests = SharedPrefixWorkload(**shape, question_len=16, output_len=output).generate(seed=seed)
     config = EngineConfig(max_num_seqs=max_seqs, num_kv_blocks=kv_blocks, check_invariants_every=1)
     result = simulate(requests, make_policy(name), COST, config)
     done = [r.request_id for r in result.records]
     assert sorted(done) == sorted(r.request_id for r in requests)
     want = {r.request_id: r.output_len for r in requests}
     assert all(rec.output_len == want[rec.request_id] for rec in result.records)
+
+
+@pytest.mark.parametrize("name", AUTHORS)
+def test_a_preempted_request_waits_for_the_hosts_never_stall_rule(name: str) -> None:
+    """Their tree never offers a preempted request again; in the simulator every preemption
+    here ends in a forced admission of the queue head once nothing runs (and nothing else)."""
+    requests = SharedPrefixWorkload(
+        num_groups=2, prompts_per_group=6, system_prompt_len=128, question_len=16, output_len=64
+    ).generate(seed=0)
+    config = EngineConfig(max_num_seqs=16, num_kv_blocks=16, check_invariants_every=1)
+    result = simulate(requests, make_policy(name), COST, config)
+    assert len(result.records) == len(requests)
+    assert result.preemptions > 0 and result.forced_admissions == result.preemptions
+    fcfs = simulate(requests, make_policy("fcfs"), COST, config)
+    assert fcfs.preemptions > 0 and fcfs.forced_admissions == 0  # the engine's order needs none
 
 
 def test_both_are_registered_rows() -> None:

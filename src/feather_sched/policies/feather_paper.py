@@ -1,8 +1,9 @@
 """`feather-paper`: the paper's contextual bandit exactly as the authors' code runs it.
 
 "Requests of a Feather Must Flock Together" (arXiv 2605.06046). The source is the public
-reproduction sethigeet/gpu-mem-bandwidth-experiments, which took it "from the supplied Feather
-vLLM fork": vllm_bw/schedulers/chunked_hash_tree/contextual_bandit.py (the bandit),
+reproduction sethigeet/gpu-mem-bandwidth-experiments (read at commit ec83a990b3e0), which took
+it "from the supplied Feather vLLM fork":
+vllm_bw/schedulers/chunked_hash_tree/contextual_bandit.py (the bandit),
 vllm_bw/schedulers/policy_request_queues.py (`ChunkedHashTreeBanditRequestQueue`: when it is
 asked and what it remembers), vllm_bw/policy_fork.py (`_configure_scheduler`: where vLLM asks)
 and the tree (`paper_tree`). Our own implementation, point by point:

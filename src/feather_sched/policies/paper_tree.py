@@ -3,7 +3,8 @@
 Both of the authors' policies (`feather-paper`, their bandit; `feather-upstream`, the rule of
 vLLM pull request #42134) sit on the same C++ tree: `ChunkedHashTree_RL` in the public
 reproduction (sethigeet/gpu-mem-bandwidth-experiments,
-gpu_benchmarks/serving/schedulers/chunked_hash_tree_rl.cpp) and `ChunkedHashTree` in the pull
+gpu_benchmarks/serving/schedulers/chunked_hash_tree_rl.cpp at commit 7eb01d3203c7;
+vllm_bw/policy_fork.py copies it into vLLM) and `ChunkedHashTree` in the pull
 request (csrc/cpu/scheduler/chunked_hash_tree.cpp); the two files hold the same algorithm.
 This is our own implementation of what that tree answers, not a port of its code:
 
