@@ -28,7 +28,8 @@ This is our own implementation of what that tree answers, not a port of its code
 
 One difference we cannot avoid and do not hide: the authors' tree learns of admissions and
 finishes through the queue calls (pop, free); ours reads the host's running set from the view
-(`sync`, once per step, and `admitted` after each ADD). The states agree at every decision.
+(`sync`, once per step; `paper_candidates` activates each admitted candidate before it asks
+for the next), so the two agree at every decision.
 """
 
 from __future__ import annotations
