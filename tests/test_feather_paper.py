@@ -171,3 +171,17 @@ def test_runs_every_request_once_and_is_registered() -> None:
     result = simulate(reqs, policy, cost, EngineConfig(max_num_seqs=64))
     assert sorted(r.request_id for r in result.records) == sorted(r.request_id for r in reqs)
     assert policy.decisions > 0 and policy.bandit.total_steps > 0
+
+
+def test_a_pass_that_starts_empty_still_rewards_the_last_one() -> None:
+    host, policy = PaperHost(), FeatherPaperPolicy()
+    host.run("r", prompt("AB"))
+    host.arrive("x", prompt("X"))
+    host.step(policy, step_time=0.25)  # x: state (0, 2, 0), ADD, pending
+    host.index.finish("r")
+    host.index.finish("x")
+    host.arrive("y", prompt("Y"))
+    # Their gate gives feedback before it looks at the batch: reward 1 / 0.25 = 4 for x's
+    # decision, then the empty batch clears the list and ADDs y unrecorded.
+    assert host.step(policy) == [("y", ADD)]
+    assert policy.bandit.rewards == {((0, 2, 0), ADD): 4.0} and policy.pending == []

@@ -28,8 +28,9 @@ and the tree (`paper_tree`). Our own implementation, point by point:
    same answer, so the bandit keeps adding.
 9. **Feedback at the next pass's first question**: the decisions of the last pass(es) are
    rewarded with (batch size at the last decision) / (time between the last two scheduler
-   calls), here the latest `end_step` duration. A pass whose first question finds an empty
-   batch drops the pending decisions unrewarded (the queue clears them).
+   calls), here the latest `end_step` duration. Feedback comes before the empty-batch check,
+   so a pass that starts empty still rewards the last one; nothing is rewarded while no step
+   time is known (the first scheduler call).
 
 Kept as the authors wrote it, defects included (named in benchmarks/paper-policies.md): a
 preempted request is never offered again (`paper_tree`); the host's never-stall rule is the
