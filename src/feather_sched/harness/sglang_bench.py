@@ -24,9 +24,9 @@ SGLANG_POLICIES = ("fcfs", "lpm", "dfs-weight")
 """SGLang's own `--schedule-policy` names the bench runs with the plugin off (under
 `--engine sglang` these names mean SGLang's code, not Feather's reimplementations)."""
 BASELINE = "fcfs"
+"""SGLang's own FCFS: the baseline of `vs_fcfs`, always run."""
 SGLANG_DEFAULT_POLICIES = ("fcfs", "lpm", "feather", "feather-paper", "feather-upstream")
 """SGLang's own fcfs and lpm beside Feather and the authors' two policies."""
-"""SGLang's own FCFS: the baseline of `vs_fcfs`, always run."""
 STEP_COST_PROFILES = {
     "tiny-llama": "cpu-vllm-fitted.json",
     "kv-bound": "cpu-kv-bound-fitted.json",
