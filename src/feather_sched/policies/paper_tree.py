@@ -170,9 +170,6 @@ class PaperTree:
         holders = self._holders.get((after - 1, self.chain[after - 1]), ())
         return before, after, len(holders)  # holders are the waiting, not-active requests
 
-    def missing(self, rid: str) -> int:
-        return self._missing[rid]
-
     # ------------------------------------------------------------------ internals
     def _drop_waiting(self, rid: str) -> None:
         if rid not in self.waiting:
