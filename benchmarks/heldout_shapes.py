@@ -7,7 +7,7 @@ project is checked on (not in the suite), simulated, every policy of the suite's
   (the same shape at a rate the KV cache holds).
 - multi-turn: 64 conversations x 6 turns, 4,000-token first turns, 500-token user turns,
   256-token answers, 5 s think time, conversations starting Poisson 2/s.
-Seeds 0-2. Usage: python benchmarks/heldout_shapes.py OUT.json
+Seeds 0-2. Usage: python benchmarks/heldout_shapes.py OUT.json [--policies a,b,...]
 """
 
 from __future__ import annotations
@@ -52,23 +52,27 @@ SHAPES = {
         },
     ),
 }
-POLICIES = ["fcfs", "lpm", "dfs-weight", "grouped", "feather-paper", "feather-ppo", "feather"]
+POLICIES = ["fcfs", "lpm", "dfs-weight", "grouped", "feather-paper", "feather-upstream"]
+POLICIES += ["feather-ppo", "feather"]
 HARDWARE = "h200"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
+    p.add_argument("--policies", default=",".join(POLICIES), help="comma-separated policies")
     args = p.parse_args()
+    policies = args.policies.split(",")
     rows = []
     for name, (base, fields) in SHAPES.items():
         for seed in (0, 1, 2):
             workload = make_workload(base, **fields)
-            for policy in POLICIES:
+            for policy in policies:
                 s = simulate(workload, policy, hardware=HARDWARE, seed=seed).summary()
                 rows.append({"workload": name, "seed": seed, **s})
                 print(name, seed, policy, round(s["output_tok_s"]), flush=True)
     config = {"hardware": HARDWARE, "provenance": "measured", "shapes": SHAPES}
+    config["policies"] = policies
     write_record(args.out, config=config, rows=rows)
 
 

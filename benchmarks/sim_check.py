@@ -1,10 +1,12 @@
-"""Behaviour check for refactors: every summary field (timings aside) of 70 simulator runs.
+"""Behaviour check for refactors: every summary field (timings aside) of 84 simulator runs.
 
-7 workloads x 2 KV sizes (the H100's, and 3,000 blocks: preemptions) x 5 policies (fcfs,
-grouped, feather with its prior, feather-paper, dfs-weight) on H100 (the profile derived from
-the measured H200) + Llama-3.1-8B. Run it on the code before and after a change and compare
-the two files: identical means the change kept the simulator's behaviour (benchmarks/host.md).
-benchmarks/sim-check.json is the baseline at the hold bound (policies/hold.py, 2026-12-05).
+7 workloads x 2 KV sizes (the H100's, and 3,000 blocks: preemptions) x 6 policies (fcfs,
+grouped, feather with its prior, feather-paper, feather-upstream, dfs-weight) on H100 (the
+profile derived from the measured H200) + Llama-3.1-8B. Run it on the code before and after
+a change and compare the two files: identical means the change kept the simulator's
+behaviour (benchmarks/host.md). benchmarks/sim-check.json is the baseline at the hold bound
+(policies/hold.py, 2026-12-05), re-based for issue 29 (feather-paper rebuilt from the
+authors' code, feather-upstream added; the other 56 runs identical to the previous baseline).
 The scheduler's CPU stays off the clock (`EngineConfig(scheduler_cpu="off")`, issue 31): the
 check compares what the policies decide and the engine does, not a CPU cost model's figures
 (the `model` mode's own tests are in tests/test_scheduler_cpu.py).
@@ -26,7 +28,7 @@ from feather_sched.sim.result import TIMING_KEYS
 
 WORKLOADS = ["shared-prefix", "long-prefix", "document-qa", "multi-turn", "tree", "no-sharing"]
 WORKLOADS += ["paper-5g"]
-POLICIES = ["fcfs", "grouped", "feather", "feather-paper", "dfs-weight"]
+POLICIES = ["fcfs", "grouped", "feather", "feather-paper", "feather-upstream", "dfs-weight"]
 MODEL = "llama-3.1-8b"
 
 

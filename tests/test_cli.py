@@ -238,7 +238,10 @@ def test_bench_engine_vllm_records_its_spec(tmp_path: Path, monkeypatch) -> None
     assert result.exit_code == 0, result.output
     assert "tiny-llama, seed 0, 3 runs, async scheduling" in result.output
     (spec,) = specs
-    assert list(spec.policies) == ["grouped", "feather"] and spec.workloads is None
+    assert (
+        list(spec.policies) == ["grouped", "feather", "feather-paper", "feather-upstream"]
+        and spec.workloads is None
+    )
     payload = json.loads(out.read_text())
     assert payload["rows"] == [row]
     config = payload["config"]

@@ -199,7 +199,8 @@ POLICY_LINES = {
     "max-homogeneous": "bound: one prefix group at a time",
     "grouped": "the CHT order Feather builds on: most shared chunks first",
     "feather": "Feather: grouped order, safe ADD/STOP bandit, cost prior",
-    "feather-paper": "the paper's bandit as published (comparison row)",
+    "feather-paper": "the authors' bandit, exactly as their code runs",
+    "feather-upstream": "the authors' fixed rule sent to vLLM (PR #42134)",
     "feather-ppo": "Feather's decisions by a small PPO-trained MLP",
 }
 

@@ -39,6 +39,7 @@ DEFAULT_POLICIES = [
     "max-homogeneous",
     "feather",
     "feather-paper",
+    "feather-upstream",
     "feather-ppo",
     "oracle",
 ]

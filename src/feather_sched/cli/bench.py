@@ -42,9 +42,9 @@ _BenchPolicies = Annotated[
     typer.Option(
         help="Comma-separated policies to compare. Default: "
         + ",".join(DEFAULT_POLICIES)
-        + " (sim); grouped and feather against vLLM's own scheduler (--engine vllm); "
-        "SGLang's own fcfs, lpm, dfs-weight beside Feather's (--engine sglang; default "
-        "fcfs,lpm,feather).",
+        + " (sim); grouped, feather, feather-paper and feather-upstream against vLLM's own "
+        "scheduler (--engine vllm); SGLang's own fcfs, lpm, dfs-weight beside Feather's "
+        "(--engine sglang; default fcfs,lpm,feather,feather-paper,feather-upstream).",
     ),
 ]
 _BenchModel = Annotated[
@@ -206,7 +206,7 @@ def bench(
     replicas: _BenchReplicas = None,
     routers: _BenchRouters = None,
 ) -> None:
-    """Run the policies (default: 10 of the 14, see --policies) on every workload (simulated,
+    """Run the policies (default: 11 of the 15, see --policies) on every workload (simulated,
     on vLLM or on SGLang's loop); table, JSON and a plot. With --replicas N: every router on
     a simulated N-replica cluster instead."""
     opts = dict(locals())
@@ -325,12 +325,18 @@ def _bench_sim(spec: BenchSpec, json_out: Path, plot: Path) -> None:
     raise typer.Exit(sim.run())
 
 
+FEATHER_ROWS = ("feather", "feather-paper", "feather-upstream")
+"""Feather and the authors' own policies: beside each other wherever feather runs."""
+
+
 def _default_vllm_policies() -> list[str]:
-    """The real-engine bench's policies when none are named: grouped, and feather when it is
-    registered (vLLM's own scheduler always runs, as the baseline)."""
+    """The real-engine bench's policies when none are named: grouped, then feather and the
+    authors' two policies (feather-paper, feather-upstream) when they are registered (vLLM's
+    own scheduler always runs, as the baseline)."""
     from feather_sched.policies.registry import policy_names
 
-    return ["grouped", *(["feather"] if "feather" in policy_names() else [])]
+    known = policy_names()
+    return ["grouped", *(p for p in FEATHER_ROWS if p in known)]
 
 
 def _kv_scenarios(num_kv_blocks: int | None) -> tuple[KvScenario, ...] | None:

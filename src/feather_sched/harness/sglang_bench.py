@@ -26,6 +26,8 @@ SGLANG_POLICIES = ("fcfs", "lpm", "dfs-weight")
 `--engine sglang` these names mean SGLang's code, not Feather's reimplementations)."""
 BASELINE = "fcfs"
 """SGLang's own FCFS: the baseline of `vs_fcfs`, always run."""
+SGLANG_DEFAULT_POLICIES = ("fcfs", "lpm", "feather", "feather-paper", "feather-upstream")
+"""SGLang's own fcfs and lpm beside Feather and the authors' two policies."""
 STEP_COST_PROFILES = {
     "tiny-llama": "cpu-vllm-fitted.json",
     "kv-bound": "cpu-kv-bound-fitted.json",
@@ -48,7 +50,7 @@ class SGLangBenchSpec(EngineBenchSpec):
     """`feather bench --engine sglang`: the `--engine vllm` workloads and KV scenarios
     (`VllmBenchSpec`'s, blocks of `block_size` tokens -> SGLang's `max_total_tokens`)."""
 
-    policies: Sequence[str] = ("fcfs", "lpm", "feather")
+    policies: Sequence[str] = SGLANG_DEFAULT_POLICIES
     step_cost: tuple[str, str] | None = None
     """(hardware, model) profile of the stand-in's cost; None: the model's calibrated one."""
 
@@ -254,7 +256,7 @@ def bench_from_cli(
     """`feather bench --engine sglang`'s rows, title and JSON config (cli.py prints them)."""
     spec = SGLangBenchSpec(
         workloads=tuple(workloads) or None,
-        policies=tuple(policies) or ("fcfs", "lpm", "feather"),
+        policies=tuple(policies) or SGLANG_DEFAULT_POLICIES,
         model=model,
         scenarios=scenarios,
         max_num_seqs=max_num_seqs or SGLangBenchSpec.max_num_seqs,

@@ -24,6 +24,7 @@ _POLICIES: dict[str, str] = {
     "feather": "feather_sched.policies.feather:FeatherPolicy",
     "feather-hold": "feather_sched.policies.feather:FeatherHoldPolicy",
     "feather-paper": "feather_sched.policies.feather_paper:FeatherPaperPolicy",
+    "feather-upstream": "feather_sched.policies.feather_upstream:FeatherUpstreamPolicy",
     "feather-ppo": "feather_sched.policies.feather_ppo:FeatherPPOPolicy",
 }
 
