@@ -42,7 +42,7 @@ _ReplayModel = Annotated[
 ]
 _VocabSize = Annotated[
     int | None,
-    typer.Option(min=5, help="Token ids of generated workloads < this (the server's vocab)."),
+    typer.Option(min=1, help="Token ids of generated workloads < this (the server's vocab)."),
 ]
 _Concurrency = Annotated[
     int | None, typer.Option(min=1, help="At most this many requests in flight (default: no cap).")
