@@ -21,16 +21,16 @@ from hypothesis import strategies as st
 
 pytest.importorskip("httpx", reason="feather replay needs httpx (the 'replay' extra)")
 
-from replay_server import DROP, REJECT, STALL, FakeServer  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from typer.testing import CliRunner
 
-from feather_sched.cli import app  # noqa: E402
-from feather_sched.replay.client import ClientOptions, Endpoint, EndpointError, Outcome, preflight  # noqa: E402
-from feather_sched.replay.runner import ReplaySpec, run_ab, run_once, summarize  # noqa: E402
-from feather_sched.replay.summary import run_row  # noqa: E402
-from feather_sched.replay.workload import ReplayWorkload  # noqa: E402
-from feather_sched.request import Request  # noqa: E402
-from feather_sched.sim.result import SLO  # noqa: E402
+from feather_sched.cli import app
+from feather_sched.replay.client import ClientOptions, Endpoint, EndpointError, Outcome, preflight
+from feather_sched.replay.runner import ReplaySpec, run_ab, run_once, summarize
+from feather_sched.replay.summary import run_row
+from feather_sched.replay.workload import ReplayWorkload
+from feather_sched.request import Request
+from feather_sched.sim.result import SLO
+from replay_server import DROP, REJECT, STALL, FakeServer
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -103,7 +103,9 @@ def test_rejected_dropped_and_stalled_requests_are_counted_and_the_run_goes_on()
         row = run_once(_endpoint(server), "A", _work(reqs), spec)
     assert (row["sent"], row["finished"], row["failed"]) == (9, 6, 3)
     assert row["failed_by"] == {"http 503": 1, "RemoteProtocolError": 1, "timeout": 1}
-    assert row["output_tokens"] == sum(r.output_len for i, r in enumerate(reqs) if i not in (1, 4, 7))
+    assert row["output_tokens"] == sum(
+        r.output_len for i, r in enumerate(reqs) if i not in (1, 4, 7)
+    )
 
 
 def test_a_stalled_server_is_reported_with_what_was_sent_and_received() -> None:
@@ -246,7 +248,7 @@ def test_ctrl_c_keeps_the_finished_runs(tmp_path: Path) -> None:
         while server.answered < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
+        _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr.decode()
     record = json.loads(out.read_text())
     assert record["interrupted"] is True

@@ -4,7 +4,8 @@ reported, and the queue gauges sampled during it. A server without the endpoint,
 some of the metrics, gives fewer fields, never an error.
 
 vLLM 0.32's names (vllm/v1/metrics/loggers.py; prometheus_client adds `_total` to
-counters): prefix-cache queries and hits (tokens), preemptions, requests running and waiting.
+counters): prefix-cache queries and hits (tokens), preemptions, requests finished, requests
+running and waiting.
 SGLang's (`sglang:` prefix) differ and are not mapped here: its rows carry the client's
 measurements only.
 """
@@ -20,6 +21,7 @@ COUNTERS = {
     "prefix_cache_queries": "vllm:prefix_cache_queries_total",
     "prefix_cache_hits": "vllm:prefix_cache_hits_total",
     "preemptions": "vllm:num_preemptions_total",
+    "requests_succeeded": "vllm:request_success_total",
 }
 """Row field -> the counter whose increase over the run it is."""
 GAUGES = {
