@@ -11,7 +11,6 @@ import typer
 from feather_sched.bench.machine import write_record
 from feather_sched.cli.bench import (
     _Arrival,
-    _BenchWorkloads,
     _DropOverlong,
     _Limit,
     _Rates,
@@ -26,6 +25,15 @@ _Urls = Annotated[
     typer.Argument(
         help="Server base URLs (http://host:port): vLLM's or SGLang's OpenAI-compatible API. "
         "Several: the same schedule against each, interleaved (an A/B; the first is A)."
+    ),
+]
+_Workloads = Annotated[
+    list[str],
+    typer.Option(
+        "--workload",
+        "-w",
+        help="Workload name or trace:PATH; repeat or comma-separate (`feather list workloads`). "
+        "Default with --model: that model's engine workloads; else required.",
     ),
 ]
 _Labels = Annotated[
@@ -64,7 +72,7 @@ _Scenario = Annotated[
 def replay(
     urls: _Urls,
     label: _Labels = None,
-    workload: _BenchWorkloads = None,
+    workload: _Workloads = None,
     model: _ReplayModel = None,
     vocab_size: _VocabSize = None,
     seed: Annotated[int, typer.Option(min=0, help="Workload seed.")] = 0,
