@@ -53,7 +53,7 @@ def replay_config(
     ]
     return {
         "engine": "replay",
-        "workloads": opts["workload"],
+        "workloads": [w.strip() for item in opts["workload"] or [] for w in item.split(",")],
         "servers": servers,
         **{k: opts[k] for k in keys},
     }
