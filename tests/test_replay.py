@@ -254,3 +254,24 @@ def test_ctrl_c_keeps_the_finished_runs(tmp_path: Path) -> None:
     assert record["interrupted"] is True
     assert sum(r["finished"] for r in record["runs"]) >= 3
     assert record["runs"][-1].get("interrupted") is True
+
+
+def test_metrics_text_is_summed_over_label_sets_and_counters_become_deltas() -> None:
+    from feather_sched.replay.metrics import metric_fields, parse_metrics
+
+    text = (
+        "# HELP vllm:num_preemptions_total x\n# TYPE vllm:num_preemptions_total counter\n"
+        'vllm:num_preemptions_total{engine="0",model_name="a b"} 3.0\n'
+        'vllm:num_preemptions_total{engine="1",model_name="a b"} 2.0\n'
+        "vllm:prefix_cache_queries_total 100\nvllm:prefix_cache_hits_total 40 1700000000\n"
+        "garbage line\n"
+    )
+    before = parse_metrics(text)
+    assert before["vllm:num_preemptions_total"] == 5.0
+    after = {**before, "vllm:prefix_cache_queries_total": 300.0}
+    after["vllm:prefix_cache_hits_total"] = 140.0
+    fields = metric_fields(before, after, [{"running": 2.0}, {"running": 4.0, "waiting": 1.0}])
+    assert fields["server_preemptions"] == 0 and fields["server_prefix_hit_rate"] == 0.5
+    assert (fields["server_running_mean"], fields["server_running_max"]) == (3.0, 4.0)
+    assert fields["server_waiting_max"] == 1.0
+    assert metric_fields(None, after, []) == {}
