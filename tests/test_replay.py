@@ -275,3 +275,20 @@ def test_metrics_text_is_summed_over_label_sets_and_counters_become_deltas() -> 
     assert (fields["server_running_mean"], fields["server_running_max"]) == (3.0, 4.0)
     assert fields["server_waiting_max"] == 1.0
     assert metric_fields(None, after, []) == {}
+
+
+@pytest.mark.parametrize(
+    ("model", "name"), [("kv-bound", "paper-32g"), ("tiny-llama", "no-sharing")]
+)
+def test_a_built_in_model_gets_the_in_process_benchs_very_requests(model: str, name: str) -> None:
+    from feather_sched.bench.suite import BenchSpec
+    from feather_sched.harness.tiny_llama import ENGINE_MODELS
+    from feather_sched.harness.vllm_spec import ENGINE_SCALES, engine_workload
+    from feather_sched.replay.workload import replay_workloads
+
+    scale = ENGINE_SCALES[model]
+    (work,) = replay_workloads(BenchSpec(workloads=[name]), model, None, scale.max_model_len)
+    bench = engine_workload(name, ENGINE_MODELS[model].vocab_size, 0, scale)
+    assert [r.request_id for r in work.requests] == [r.request_id for r in bench]
+    for a, b in zip(work.requests, bench):
+        assert np.array_equal(a.prompt, b.prompt) and a.output_len == b.output_len
