@@ -98,9 +98,7 @@ def replay(
     streamed, on the workload's arrival schedule); latency percentiles, throughput, goodput
     and the server's own metrics per server; with several URLs, B/A per metric."""
     if importlib.util.find_spec("httpx") is None:
-        from feather_sched.replay.client import INSTALL
-
-        fail(RuntimeError(INSTALL))
+        fail(RuntimeError("feather replay needs httpx: pip install 'feather-sched[replay]'"))
     opts = dict(locals())
     writable(json=json_out)
     labels = _labels(label, len(urls))

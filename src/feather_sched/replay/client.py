@@ -23,8 +23,6 @@ import httpx
 
 from feather_sched.request import Request
 
-INSTALL = "feather replay needs httpx: pip install 'feather-sched[replay]'"
-
 
 class EndpointError(ValueError):
     """The server cannot be replayed against (unreachable, or not an OpenAI-style API)."""
