@@ -140,7 +140,7 @@ def test_no_metrics_endpoint_gives_fewer_fields_not_an_error() -> None:
 
 def test_ab_interleaves_servers_and_reports_medians_and_b_over_a() -> None:
     reqs = _requests(6)
-    with FakeServer() as a, FakeServer(token_delay_s=0.02) as b:
+    with FakeServer() as a, FakeServer(token_delay_s=0.1) as b:  # >= 0.3 s a request
         spec = ReplaySpec(("fast", "slow"), repeats=3)
         runs = run_ab([_endpoint(a), _endpoint(b)], [_work(reqs)], spec)
     assert [r["policy"] for r in runs] == ["fast", "slow", "slow", "fast", "fast", "slow"]
@@ -238,10 +238,12 @@ def test_command_failures_are_rows_and_the_record_is_written(tmp_path: Path) -> 
 
 def test_ctrl_c_keeps_the_finished_runs(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    with FakeServer(token_delay_s=0.05) as server:
+    # runs of 2 requests, 0.5 s apart, ~0.3 s each: the third answer ends the second run's
+    # first request, so the signal lands while that run waits for its second
+    with FakeServer(token_delay_s=0.005) as server:
         cmd = [sys.executable, "-m", "feather_sched.cli", "replay", server.url,
                "--model", "tiny-llama", "-w", "no-sharing", "--limit", "2",
-               "--arrival", "poisson:1", "--repeats", "50", "--json", str(out)]  # fmt: skip
+               "--arrival", "bursts:1:0.5", "--repeats", "50", "--json", str(out)]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(SRC)}
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
@@ -252,8 +254,8 @@ def test_ctrl_c_keeps_the_finished_runs(tmp_path: Path) -> None:
     assert proc.returncode == 130, stderr.decode()
     record = json.loads(out.read_text())
     assert record["interrupted"] is True
-    assert sum(r["finished"] for r in record["runs"]) >= 3
-    assert record["runs"][-1].get("interrupted") is True
+    assert [r["finished"] for r in record["runs"]] == [2, 1]
+    assert record["runs"][-1].get("interrupted") is True and record["runs"][-1]["sent"] == 1
 
 
 def test_metrics_text_is_summed_over_label_sets_and_counters_become_deltas() -> None:

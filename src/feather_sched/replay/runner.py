@@ -96,15 +96,18 @@ def run_ab(
     every run's row. Ctrl-C raises Interrupted holding the runs so far."""
     runs: list[dict[str, Any]] = []
     pairs = list(zip(spec.labels, endpoints))
-    for rep in range(spec.repeats):
-        for work in workloads:
-            for label, endpoint in pairs if rep % 2 == 0 else pairs[::-1]:
-                try:
-                    row = run_once(endpoint, label, work, spec)
-                except Interrupted as cut:
-                    raise Interrupted(runs + cut.runs) from None
-                runs.append({**row, "repeat": rep})
-                on_run(row)
+    try:
+        for rep in range(spec.repeats):
+            for work in workloads:
+                for label, endpoint in pairs if rep % 2 == 0 else pairs[::-1]:
+                    try:
+                        row = run_once(endpoint, label, work, spec)
+                    except Interrupted as cut:
+                        raise Interrupted(runs + cut.runs) from None
+                    runs.append({**row, "repeat": rep})
+                    on_run(row)
+    except KeyboardInterrupt:  # between two runs
+        raise Interrupted(runs) from None
     return runs
 
 
