@@ -30,6 +30,7 @@ SKIP_BASH: tuple[tuple[str, str], ...] = (
     (r"\bpip install\b|python3 -m venv", "installs packages: .ci/run does, in fresh environments"),
     (r"\bvllm serve\b|--engine vllm", "needs vLLM and a model: the `vllm` tests run the engine"),
     (r"sglang\.launch_server", "needs an SGLang server: the `sglang` tests run its scheduler"),
+    (r"^feather replay\b", "needs live servers: tests/test_replay_vllm.py starts real ones"),
     (r"^feather probe\b", "needs torch (the 'probe' extra) and ~5 min"),
     (r"--hardware P\.json", "needs P.json, written by the `feather probe` line above it"),
     (r"benchmarks/gpu/run\.sh", "needs a GPU"),

@@ -215,18 +215,27 @@ def _at_rate(requests: list[Request], rate: float) -> tuple[list[Request], float
 
 
 def build_bench_workload(
-    name: str, spec: BenchSpec, apply_limit: bool = True, rate: float | None = None
+    name: str,
+    spec: BenchSpec,
+    apply_limit: bool = True,
+    rate: float | None = None,
+    scale: str = "sim",
+    vocab_size: int | None = None,
 ) -> tuple[list[Request], dict[str, Any]]:
     """A bench workload's requests (arrival, rate scale and, unless told not to, limit
-    applied) and every parameter it was built with. Names: the suite's (`SUITE`), any
-    generator, `trace:PATH`."""
+    applied) and every parameter it was built with. Names: the presets of `scale` (the
+    suite, `SUITE`, by default; an engine model's for `feather replay`), any generator,
+    `trace:PATH`. `vocab_size` sets a generated workload's token ids (a server's vocabulary)."""
     limit = spec.limit if apply_limit else None
-    preset = SUITE.get(name)
+    presets = PRESETS[scale]
+    preset = presets.get(name)
     if preset is None and not name.startswith(TRACE_PREFIX) and name not in WORKLOADS:
-        valid = ", ".join([*SUITE, *(w for w in WORKLOADS if w not in SUITE)])
+        valid = ", ".join([*presets, *(w for w in WORKLOADS if w not in presets)])
         raise ValueError(f"unknown workload {name!r}; valid names: {valid}, or 'trace:PATH'")
     base, overrides = (preset.base, dict(preset.overrides)) if preset else (name, {})
     is_trace = name.startswith(TRACE_PREFIX)
+    if vocab_size is not None and not is_trace:
+        overrides["vocab_size"] = vocab_size
     arrival = f"poisson:{rate!r}" if rate is not None and not is_trace else spec.arrival
     if arrival is not None and not is_trace:
         overrides["arrival"] = parse_arrival(arrival)
@@ -301,6 +310,32 @@ def _first_closed(requests: list[Request], n: int) -> list[Request]:
     return sorted(requests, key=lambda r: r.arrival_time)[:n]
 
 
+def fitted_workload(
+    name: str,
+    spec: BenchSpec,
+    context: int,
+    model: str,
+    rate: float | None = None,
+    scale: str = "sim",
+    vocab_size: int | None = None,
+) -> tuple[list[Request], int, dict[str, Any]]:
+    """A workload built (`build_bench_workload`) and fitted to a `context` of tokens
+    (`fit_context`): its requests, how many were dropped as overlong, its parameters. With
+    --drop-overlong, --limit counts the requests kept: the first N that fit."""
+    original, params = build_bench_workload(
+        name, spec, not spec.drop_overlong, rate, scale, vocab_size
+    )
+    requests, dropped = fit_context(original, context, spec.drop_overlong, f"{name} on {model}")
+    if spec.drop_overlong and spec.limit is not None and len(requests) > spec.limit:
+        kept = _first_closed(requests, spec.limit)
+        last = kept[-1].arrival_time
+        # dropped counts the overlong ones among the first requests, as if cut first
+        window = sum(1 for r in original if r.arrival_time <= last)
+        requests, dropped = kept, max(0, window - len(kept))
+        params["requests"] = len(requests)
+    return requests, dropped, params
+
+
 @dataclass
 class PreparedWorkload:
     requests: list[Request]
@@ -318,20 +353,7 @@ def prepare_workloads(spec: BenchSpec, cost: StepCostModel) -> dict[str, Prepare
     prepared: dict[str, PreparedWorkload] = {}
     for wname, rate in [(w, r) for w in spec.workloads for r in (spec.rates or (None,))]:
         key = wname if rate is None else f"{wname}@{rate:g}/s"
-        # With --drop-overlong, --limit counts the requests kept: the first N that fit.
-        original, params = build_bench_workload(
-            wname, spec, apply_limit=not spec.drop_overlong, rate=rate
-        )
-        requests, dropped = fit_context(
-            original, limit, spec.drop_overlong, f"{wname} on {spec.model}"
-        )
-        if spec.drop_overlong and spec.limit is not None and len(requests) > spec.limit:
-            kept = _first_closed(requests, spec.limit)
-            last = kept[-1].arrival_time
-            # dropped counts the overlong ones among the first requests, as if cut first
-            window = sum(1 for r in original if r.arrival_time <= last)
-            requests, dropped = kept, max(0, window - len(kept))
-            params["requests"] = len(requests)
+        requests, dropped, params = fitted_workload(wname, spec, limit, spec.model, rate)
         engine = spec.engine_for(wname)
         if engine.max_num_batched_tokens < engine.max_num_seqs:
             raise ValueError(

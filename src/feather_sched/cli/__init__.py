@@ -5,9 +5,9 @@ then reports: a table on the console and, for benchmarks, a JSON record
 (`bench.machine.write_record`). Bad input found after option parsing exits with status 2 and
 a message on stderr, as the option parser's own errors do.
 
-One module per command (`records`, `bench`, `calibrate`, `index_bench`, `train`, `trace`)
-over `common` (the app, its consoles, the failure rule, shared options); importing this
-package registers them all, in the order `feather --help` lists them.
+One module per command (`records`, `bench`, `calibrate`, `index_bench`, `train`, `trace`,
+`replay`) over `common` (the app, its consoles, the failure rule, shared options); importing
+this package registers them all, in the order `feather --help` lists them.
 """
 
 # The registration order is the order `feather --help` lists the commands in.
@@ -18,6 +18,7 @@ from feather_sched.cli import calibrate  # noqa: F401
 from feather_sched.cli import index_bench  # noqa: F401
 from feather_sched.cli import train  # noqa: F401
 from feather_sched.cli import trace  # noqa: F401
+from feather_sched.cli import replay  # noqa: F401
 
 # isort: on
 from feather_sched.cli.common import app

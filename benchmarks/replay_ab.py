@@ -1,0 +1,63 @@
+"""The recorded `feather replay` A/B (benchmarks/replay.md): two real `vllm serve` processes on
+the kv-bound model, one with vLLM's own scheduler, one with Feather's, and `feather replay`
+against both, interleaved, for one KV scenario.
+
+    python benchmarks/replay_ab.py kv-pressure --json benchmarks/replay-kv-pressure.json
+
+The servers take the in-process bench's settings (`feather bench --engine vllm --model
+kv-bound`, benchmarks/vllm-kv-hold-32g.json): block 32, max_model_len 4,096, 256 sequences,
+8,192 batched tokens, KV blocks by scenario (kv-pressure 1,024, no-pressure 8,192), and
+Feather with the fitted CPU profile as its step-cost prior. Needs the `vllm` and `replay`
+extras. Extra arguments go to `feather replay` (e.g. `--repeats 3 --limit 64`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from feather_sched.harness.tiny_llama import KV_BOUND, build_tiny_llama
+from feather_sched.harness.vllm_server import ServerSpec, vllm_servers
+from feather_sched.harness.vllm_spec import ENGINE_SCALES
+
+HERE = Path(__file__).resolve().parent
+PRIOR = HERE / "cpu-kv-bound-fitted.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    scenarios = {s.name: s.num_blocks for s in ENGINE_SCALES["kv-bound"].scenarios}
+    parser.add_argument("scenario", choices=sorted(scenarios))
+    parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "feather")
+    args, replay_args = parser.parse_known_args(argv)
+    model = str(build_tiny_llama(args.cache / "kv-bound", KV_BOUND))
+    shared = dict(
+        max_model_len=ENGINE_SCALES["kv-bound"].max_model_len,
+        num_gpu_blocks=scenarios[args.scenario],
+        max_num_batched_tokens=8192,
+    )
+    options = json.dumps({"hardware": str(PRIOR), "model": "kv-bound"})
+    specs = [
+        ServerSpec(model, **shared),
+        ServerSpec(
+            model,
+            feather=True,
+            env=(("FEATHER_POLICY", "feather"), ("FEATHER_POLICY_OPTIONS", options)),
+            **shared,
+        ),
+    ]
+    with tempfile.TemporaryDirectory() as logs, vllm_servers(specs, Path(logs)) as urls:
+        cmd = [sys.executable, "-m", "feather_sched.cli", "replay", *urls]
+        cmd += ["--label", "vllm,feather", "--model", "kv-bound", "--scenario", args.scenario]
+        cmd += ["--json", str(args.json), *replay_args]
+        print(" ".join(cmd[2:]), flush=True)
+        return subprocess.call(cmd)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

