@@ -166,6 +166,7 @@ _POLICIES = {
     "feather": "feather",
     "feather-hold": "feather",
     "feather-paper": "feather",
+    "feather-upstream": "feather",
     "feather-ppo": "feather",
     "max-homogeneous": "max-homogeneous",
 }
