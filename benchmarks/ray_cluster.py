@@ -29,11 +29,8 @@ from ray.serve.config import RequestRouterConfig
 from feather_sched.bench.machine import write_record
 from feather_sched.bench.suite import BenchSpec
 from feather_sched.cost.step_model import StepCostModel
-from feather_sched.integrations.ray_serve import (
-    CompletionRequest,
-    EmulatedEngine,
-    FeatherRequestRouter,
-)
+from feather_sched.harness.ray_emulated import EmulatedEngine
+from feather_sched.integrations.ray_serve import CompletionRequest, FeatherRequestRouter
 from feather_sched.policies.registry import make_policy
 from feather_sched.routing.prefix_tree import tokens_to_text
 from feather_sched.routing.rules import REPLICA_POLICY, make_rule
