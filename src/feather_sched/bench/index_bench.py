@@ -46,11 +46,11 @@ class IndexBenchCase:
             raise ValueError("need 0 <= prefix_tokens <= prompt_tokens")
 
 
-@dataclass(frozen=True)
-class IndexBenchRow:
-    queue: int
-    prompt_tokens: int
-    prefix_tokens: int
+@dataclass(frozen=True, kw_only=True)
+class IndexBenchRow(IndexBenchCase):
+    """One case's figures at one CHT chunk size (the radix tree's, which has no chunks, are
+    the same on every row of a case)."""
+
     chunk_size: int
     decision_batch: int
     cht_us_per_decision: float
@@ -163,9 +163,7 @@ def run_cases(
 
     return [
         IndexBenchRow(
-            queue=case.queue,
-            prompt_tokens=case.prompt_tokens,
-            prefix_tokens=case.prefix_tokens,
+            **asdict(case),
             chunk_size=chunk_size,
             decision_batch=take,
             cht_us_per_decision=round(statistics.median(cht_times) * 1e6, 2),
