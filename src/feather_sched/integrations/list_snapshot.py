@@ -27,27 +27,35 @@ def move(entries: list, j: int, slot: int) -> None:
 
 
 class ListSnapshot:
-    """The waiting list as Feather left it, and the requests admitted from its head since."""
+    """The waiting list as Feather left it, and the requests admitted from its head since.
 
-    __slots__ = ("_admitted", "_snap", "fast", "full")
+    The list Feather reordered in a pass is usually replaced by SGLang afterwards (the
+    admitted filtered out into a new list), so that object itself, untouched since, is the
+    list as the pass left it. Only when SGLang keeps the object (a pass that admitted
+    nothing, then appends) is a copy needed: one is taken at each sync and Feather's moves
+    are replayed on it then, not as they happen.
+    """
+
+    __slots__ = ("_admitted", "_copy", "_moves", "_ref", "fast", "full")
 
     def __init__(self) -> None:
-        self._snap: list | None = None
+        self._ref: list | None = None
+        self._copy: list = []
+        self._moves: list[tuple[int, int]] = []
         self._admitted: list = []
         self.fast = 0
         """Syncs that read only the appended tail."""
         self.full = 0
         """Syncs that had to diff the whole list."""
 
-    def take(self, queue: Sequence[Any]) -> None:
-        """Remember `queue` as it is now (a copy: SGLang may append to the same object)."""
-        self._snap = list(queue)
-        self._admitted = []
+    def take(self, queue: list) -> None:
+        """Remember `queue` as it is now (the object, and a copy in case it is kept)."""
+        self._ref, self._copy = queue, list(queue)
+        self._moves, self._admitted = [], []
 
     def moved(self, j: int, slot: int) -> None:
-        """Feather moved entry `j` of the list to `slot` (the same move on the copy)."""
-        if self._snap is not None:
-            move(self._snap, j, slot)
+        """Feather moved entry `j` of the list to `slot`."""
+        self._moves.append((j, slot))
 
     def admitted(self, req: Any) -> None:
         """`req` was admitted from the list this pass."""
@@ -56,7 +64,7 @@ class ListSnapshot:
     def appended(self, queue: Sequence[Any]) -> list | None:
         """The entries appended to the remembered list after its admitted head left, or None
         when `queue` is not that (then nothing is known, and the caller diffs it all)."""
-        snap, done = self._snap, self._admitted
+        snap, done = self._left_as(queue), self._admitted
         if snap is None:
             self.full += 1
             return None
@@ -67,3 +75,15 @@ class ListSnapshot:
             return None
         self.fast += 1
         return list(queue[m:])
+
+    def _left_as(self, queue: Sequence[Any]) -> list | None:
+        """The list as the last pass left it: the object itself when SGLang has replaced it,
+        else the copy with Feather's moves replayed."""
+        if self._ref is None:
+            return None
+        if queue is not self._ref:
+            return self._ref
+        for j, slot in self._moves:
+            move(self._copy, j, slot)
+        self._moves = []
+        return self._copy
