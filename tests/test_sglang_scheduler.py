@@ -228,6 +228,8 @@ def test_feather_bench_engine_sglang(tmp_path):
     assert "feather bench --engine sglang" in result.output
     record = json.loads(out.read_text())
     assert record["config"]["engine"] == "sglang" and record["config"]["note"]
+    # the calibrated profile is named from the checkout, never by this machine's path
+    assert record["config"]["step_cost"]["hardware"] == "benchmarks/cpu-vllm-fitted.json"
     rows = {r["policy"]: r for r in record["rows"]}
     assert set(rows) == {"fcfs", "grouped"}
     for r in rows.values():

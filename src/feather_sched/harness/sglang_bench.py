@@ -84,6 +84,13 @@ class SGLangBenchSpec(EngineBenchSpec):
         return str(path), name
 
 
+def _shown(path: str) -> str:
+    """A profile path as a record shows it: relative to the checkout when inside it (no
+    machine's path in a committed record)."""
+    p, root = Path(path), Path(__file__).resolve().parents[3]
+    return str(p.relative_to(root)) if p.is_relative_to(root) else path
+
+
 def _bench_requests(requests, label: str) -> list[ServeRequest]:
     return [
         ServeRequest(
@@ -276,7 +283,7 @@ def bench_from_cli(
     config = {
         "engine": "sglang",
         **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
-        "step_cost": {"hardware": hardware, "model": cost_model},
+        "step_cost": {"hardware": _shown(hardware), "model": cost_model},
         "note": BENCH_NOTE,
     }
     return rows, title, config
