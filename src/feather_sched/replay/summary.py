@@ -15,12 +15,9 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from feather_sched.replay.client import Outcome
-from feather_sched.sim.result import SLO
+from feather_sched.sim.result import SLO, percentiles
 
-PERCENTILES = (50, 90, 99)
 AB_METRICS = (
     ("output_tok_s", "higher"),
     ("total_tok_s", "higher"),
@@ -37,13 +34,6 @@ AB_METRICS = (
     ("preemptions", "lower"),
 )
 """The fields the A/B table reports B/A for, and which way is better."""
-
-
-def _percentiles(name: str, values: Sequence[float]) -> dict[str, float | None]:
-    if not values:
-        return {f"{name}_p{p}_s": None for p in PERCENTILES}
-    found = np.percentile(np.asarray(values, dtype=float), PERCENTILES)
-    return {f"{name}_p{p}_s": round(float(v), 5) for p, v in zip(PERCENTILES, found)}
 
 
 def _failures(outcomes: Sequence[Outcome]) -> dict[str, Any]:
@@ -70,10 +60,10 @@ def _latencies(done: Sequence[Outcome]) -> dict[str, Any]:
     ]
     itl = [b - a for o in done for a, b in zip(o.chunk_s, o.chunk_s[1:])]
     return {
-        **_percentiles("ttft", ttft),
-        **_percentiles("tpot", tpot),
-        **_percentiles("itl", itl),
-        **_percentiles("latency", e2e),
+        **percentiles("ttft", ttft, 5),
+        **percentiles("tpot", tpot, 5),
+        **percentiles("itl", itl, 5),
+        **percentiles("latency", e2e, 5),
     }
 
 

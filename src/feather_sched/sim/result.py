@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,13 +72,17 @@ class SLO:
         return self.tpot_s is None or tpot is None or tpot <= self.tpot_s
 
 
-def _pcts(name: str, values: list[float]) -> dict[str, float | None]:
-    """`{name}_p50_s`, `_p90_s`, `_p99_s` of the values (None when there are none)."""
+PERCENTILES = (50, 90, 99)
+
+
+def percentiles(name: str, values: Sequence[float], digits: int = 4) -> dict[str, float | None]:
+    """`{name}_p50_s`, `_p90_s`, `_p99_s` of the values (None when there are none), rounded
+    to `digits` decimals."""
     arr = np.asarray(values, dtype=np.float64)
-    return {
-        f"{name}_p{q}_s": round(float(np.percentile(arr, q)), 4) if arr.size else None
-        for q in (50, 90, 99)
-    }
+    if not arr.size:
+        return {f"{name}_p{q}_s": None for q in PERCENTILES}
+    found = np.percentile(arr, PERCENTILES)
+    return {f"{name}_p{q}_s": round(float(v), digits) for q, v in zip(PERCENTILES, found)}
 
 
 def latency_summary(
@@ -89,9 +94,9 @@ def latency_summary(
     met = sum(1 for r in records if slo.met(r))
     tpots = [t for r in records if (t := r.tpot) is not None]
     return {
-        **_pcts("ttft", [r.ttft for r in records]),
-        **_pcts("tpot", tpots),
-        **_pcts("latency", [r.latency for r in records]),
+        **percentiles("ttft", [r.ttft for r in records]),
+        **percentiles("tpot", tpots),
+        **percentiles("latency", [r.latency for r in records]),
         "slo_met": met,
         "goodput_req_s": round(met / makespan_s, 4) if makespan_s > 0 else None,
     }
