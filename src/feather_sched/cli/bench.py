@@ -6,205 +6,83 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from feather_sched.bench.machine import write_record
 from feather_sched.bench.suite import DEFAULT_HARDWARE, DEFAULT_POLICIES, BenchSpec
 from feather_sched.cli.common import (
-    Hardware,
-    Kernel,
     app,
     console,
     err_console,
     fail,
-    float_list,
     optional_names,
+    schedule_fields,
     writable,
+)
+from feather_sched.cli.options import (
+    Arrival,
+    AsyncScheduling,
+    BenchEngine,
+    BenchFeatherHardware,
+    BenchMaxNumSeqs,
+    BenchModel,
+    BenchPlot,
+    BenchPolicies,
+    BenchRepeats,
+    BenchReplicas,
+    BenchRouters,
+    BenchWorkloads,
+    DropOverlong,
+    Hardware,
+    JsonOut,
+    Kernel,
+    KvBlocks,
+    Limit,
+    MaxBatchedTokens,
+    PolicyState,
+    Rates,
+    RateScale,
+    SchedulerCpu,
+    Seed,
+    SloTpot,
+    SloTtft,
+    StepsOut,
 )
 from feather_sched.harness.vllm_engine import KvScenario, VllmBenchSpec
 from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.result import SLO
-
-# ---- `feather bench` options
-
-_BenchWorkloads = Annotated[
-    list[str],
-    typer.Option(
-        "--workload",
-        "-w",
-        help="Workload name or trace:PATH; repeat or comma-separate. Default: the built-in suite.",
-    ),
-]
-_BenchPolicies = Annotated[
-    str | None,
-    typer.Option(
-        help="Comma-separated policies to compare. Default: "
-        + ",".join(DEFAULT_POLICIES)
-        + " (sim); grouped, feather, feather-paper and feather-upstream against vLLM's own "
-        "scheduler (--engine vllm); SGLang's own fcfs, lpm, dfs-weight beside Feather's "
-        "(--engine sglang; default fcfs,lpm,feather,feather-paper,feather-upstream).",
-    ),
-]
-_BenchModel = Annotated[
-    str | None,
-    typer.Option(
-        help="Model profile name or JSON file (sim; default llama-3.1-8b). --engine vllm: a "
-        "random-weight Llama built locally, tiny-llama (default) or kv-bound (KV-read-bound "
-        "decode, its own workloads: paper-32g, paper-4g, no-sharing), or a model directory.",
-    ),
-]
-_BenchMaxNumSeqs = Annotated[
-    int | None,
-    typer.Option(min=1, help="Engine max running sequences (default 256; 500 for paper-*)."),
-]
-_MaxBatchedTokens = Annotated[int, typer.Option(min=1, help="Engine token budget per step.")]
-_KvBlocks = Annotated[
-    int | None,
-    typer.Option(
-        min=1,
-        help="KV cache blocks (sim default: sized from the hardware memory; --engine vllm "
-        "default: two runs, under KV pressure and without).",
-    ),
-]
-_PolicyState = Annotated[
-    Path | None,
-    typer.Option(
-        "--policy-state",
-        help="Feather bandit table: loaded if the file exists (warm start), saved after the "
-        "run (--engine vllm: after each feather run, so later repeats start warm).",
-    ),
-]
-_BenchFeatherHardware = Annotated[
-    str | None,
-    typer.Option(
-        help="Hardware profile (name or JSON) the feather policy takes as its step-cost prior. "
-        "Sim: default the bench's own --hardware, 'none' for no prior. --engine vllm: default "
-        "none; pass the profile `feather calibrate` fitted for this machine.",
-    ),
-]
-_BenchJson = Annotated[Path, typer.Option("--json", help="JSON results.")]
-_BenchPlot = Annotated[Path, typer.Option("--plot", help="Plot: .png, .pdf, .svg or .jpg.")]
-_BenchEngine = Annotated[
-    str,
-    typer.Option(
-        help="sim: the simulator; vllm: the real vLLM engine (needs the 'vllm' extra); "
-        "sglang: SGLang's real scheduler loop with a stand-in forward (the 'sglang' extra)."
-    ),
-]
-_BenchRepeats = Annotated[int, typer.Option(min=1, help="Runs per configuration (--engine vllm).")]
-_AsyncScheduling = Annotated[
-    bool,
-    typer.Option(
-        "--async-scheduling",
-        help="--engine vllm: run vLLM's async scheduling (the GPU default), also on CPU.",
-    ),
-]
-_BenchReplicas = Annotated[
-    int | None,
-    typer.Option(
-        min=1,
-        help="Simulate a cluster of N replicas behind each of --routers (bench.cluster).",
-    ),
-]
-_BenchRouters = Annotated[
-    str | None,
-    typer.Option(
-        help="With --replicas: comma-separated routers (pow2, prefix-affinity, feather; "
-        "default all three), each over its replica policy (fcfs, fcfs, feather).",
-    ),
-]
-_DropOverlong = Annotated[
-    bool,
-    typer.Option(
-        "--drop-overlong",
-        help="Drop requests longer than the model's context (prompt + output), counted in "
-        "the row as dropped_overlong; without it such a workload is an error.",
-    ),
-]
-
-
-_Arrival = Annotated[
-    str | None,
-    typer.Option(
-        help="Arrival process of generated workloads: all, poisson:RATE (requests/s) or "
-        "bursts:SIZE:INTERVAL. Default: each workload's own (all at once). Not for traces.",
-    ),
-]
-_RateScale = Annotated[
-    float | None,
-    typer.Option(
-        help="Multiply the request rate (arrival times divided by it), e.g. 10 replays a "
-        "trace 10x faster.",
-    ),
-]
-_Limit = Annotated[
-    int | None,
-    typer.Option(help="Keep each workload's first N requests (by arrival)."),
-]
-_SloTtft = Annotated[
-    float | None,
-    typer.Option(help="SLO on time to first token, seconds (goodput counts requests within)."),
-]
-_SloTpot = Annotated[
-    float | None,
-    typer.Option(help="SLO on time per output token, seconds (goodput counts requests within)."),
-]
-_Rates = Annotated[
-    str | None,
-    typer.Option(
-        help="Latency-throughput sweep: comma-separated request rates (req/s); each workload "
-        "runs at each (Poisson arrivals; a trace rescaled to that mean rate), plotted.",
-    ),
-]
-_SchedulerCpu = Annotated[
-    str | None,
-    typer.Option(
-        "--scheduler-cpu",
-        help="The scheduler's CPU on the simulated clock: model (default: per-policy costs "
-        "fitted from SGLang's own code), measured (the policy's Python as timed here) or off; "
-        "hidden under the GPU step up to its length (async scheduling / overlap loop).",
-    ),
-]
-_StepsOut = Annotated[
-    Path | None,
-    typer.Option(
-        help="Write the step log (JSONL): one line per step with batch, prefix groups, "
-        "admitted ids and every ADD/STOP with its features.",
-    ),
-]
 
 
 @app.command("bench")
 def bench(
-    workload: _BenchWorkloads = None,
-    policies: _BenchPolicies = None,
+    workload: BenchWorkloads = None,
+    policies: BenchPolicies = None,
     hardware: Hardware = DEFAULT_HARDWARE,
-    model: _BenchModel = None,
+    model: BenchModel = None,
     kernel: Kernel = "paged",
-    seed: Annotated[int, typer.Option(min=0, help="Workload seed.")] = 0,
-    max_num_seqs: _BenchMaxNumSeqs = None,
-    max_batched_tokens: _MaxBatchedTokens = 8192,
-    num_kv_blocks: _KvBlocks = None,
-    policy_state: _PolicyState = None,
-    feather_hardware: _BenchFeatherHardware = None,
-    json_out: _BenchJson = Path("feather-bench.json"),
-    plot: _BenchPlot = Path("feather-bench.png"),
-    engine: _BenchEngine = "sim",
-    repeats: _BenchRepeats = 3,
-    async_scheduling: _AsyncScheduling = False,
-    drop_overlong: _DropOverlong = False,
-    arrival: _Arrival = None,
-    rate_scale: _RateScale = None,
-    limit: _Limit = None,
-    slo_ttft: _SloTtft = None,
-    slo_tpot: _SloTpot = None,
-    steps_out: _StepsOut = None,
-    scheduler_cpu: _SchedulerCpu = None,
-    rates: _Rates = None,
-    replicas: _BenchReplicas = None,
-    routers: _BenchRouters = None,
+    seed: Seed = 0,
+    max_num_seqs: BenchMaxNumSeqs = None,
+    max_batched_tokens: MaxBatchedTokens = 8192,
+    num_kv_blocks: KvBlocks = None,
+    policy_state: PolicyState = None,
+    feather_hardware: BenchFeatherHardware = None,
+    json_out: JsonOut = Path("feather-bench.json"),
+    plot: BenchPlot = Path("feather-bench.png"),
+    engine: BenchEngine = "sim",
+    repeats: BenchRepeats = 3,
+    async_scheduling: AsyncScheduling = False,
+    drop_overlong: DropOverlong = False,
+    arrival: Arrival = None,
+    rate_scale: RateScale = None,
+    limit: Limit = None,
+    slo_ttft: SloTtft = None,
+    slo_tpot: SloTpot = None,
+    steps_out: StepsOut = None,
+    scheduler_cpu: SchedulerCpu = None,
+    rates: Rates = None,
+    replicas: BenchReplicas = None,
+    routers: BenchRouters = None,
 ) -> None:
     """Run the policies (default: 11 of the 15, see --policies) on every workload (simulated,
     on vLLM or on SGLang's loop); table, JSON and a plot. With --replicas N: every router on
@@ -280,7 +158,7 @@ def _vllm_spec(opts: dict[str, Any]) -> VllmBenchSpec:
 
 def _sim_spec(opts: dict[str, Any]) -> BenchSpec:
     """The simulator bench's spec (a ValueError names a bad value)."""
-    max_num_seqs, rates = opts["max_num_seqs"], opts["rates"]
+    max_num_seqs = opts["max_num_seqs"]
     return BenchSpec(
         workloads=opts["workload"] or list(BenchSpec.workloads),
         policies=opts["policies"] or list(DEFAULT_POLICIES),
@@ -294,11 +172,7 @@ def _sim_spec(opts: dict[str, Any]) -> BenchSpec:
         ),
         engine_overrides=frozenset({"max_num_seqs"} if max_num_seqs else ()),
         feather_hardware=opts["feather_hardware"],
-        arrival=opts["arrival"],
-        rate_scale=opts["rate_scale"],
-        limit=opts["limit"],
-        slo=SLO(opts["slo_ttft"], opts["slo_tpot"]),
-        rates=None if rates is None else float_list(rates, "--rates"),
+        **schedule_fields(opts),
         scheduler_cpu=_given(opts["scheduler_cpu"], BenchSpec.scheduler_cpu),
         **_passed_on(opts),
     )

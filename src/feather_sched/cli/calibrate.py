@@ -14,70 +14,43 @@ from rich.table import Table
 from feather_sched.bench.machine import write_record
 from feather_sched.cli.bench import feather_prior_options
 from feather_sched.cli.common import (
-    Seed,
     app,
     console,
     fail,
     writable,
 )
+from feather_sched.cli.options import (
+    BaseHardware,
+    BenchJsonIn,
+    CalibrateFeatherHardware,
+    CalibrateModel,
+    GridPasses,
+    ModelProfile,
+    Seed,
+)
 from feather_sched.harness.vllm_engine import VllmBenchSpec
-
-# ---- `feather calibrate` options
-
-_CalibrateModel = Annotated[
-    str | None,
-    typer.Option(
-        help="tiny-llama (default) or kv-bound (random-weight Llamas built locally), or a "
-        "Hugging Face model directory.",
-    ),
-]
-_ModelProfile = Annotated[
-    str | None,
-    typer.Option(help="Model profile (name or JSON) of a --model directory, for the cost model."),
-]
-_BaseHardware = Annotated[
-    str, typer.Option(help="Hardware profile whose peak figures the fit starts from.")
-]
-_BenchJsonIn = Annotated[
-    Path | None,
-    typer.Option(
-        help="Real-engine rows from `feather bench --engine vllm --json` to compare with."
-    ),
-]
-_GridPasses = Annotated[
-    int,
-    typer.Option(min=1, help="Passes over the grid; each sample is the median over passes."),
-]
-_Quick = Annotated[bool, typer.Option(help="A small grid of compositions (a smoke run).")]
-_CalibrateFeatherHardware = Annotated[
-    str | None,
-    typer.Option(
-        help="A fitted hardware profile the compared feather policy takes as its step-cost "
-        "prior (e.g. an earlier calibration's --out).",
-    ),
-]
 
 
 @app.command("calibrate")
 def calibrate(
     engine: Annotated[str, typer.Option(help="Engine to measure (vllm).")] = "vllm",
-    model: _CalibrateModel = None,
-    model_profile: _ModelProfile = None,
-    base_hardware: _BaseHardware = "cpu",
+    model: CalibrateModel = None,
+    model_profile: ModelProfile = None,
+    base_hardware: BaseHardware = "cpu",
     out: Annotated[Path, typer.Option(help="Fitted hardware profile.")] = Path(
         "feather-hw-fitted.json"
     ),
     json_out: Annotated[Path, typer.Option("--json", help="Report.")] = Path(
         "feather-calibrate.json"
     ),
-    bench_json: _BenchJsonIn = None,
+    bench_json: BenchJsonIn = None,
     holdout_every: Annotated[int, typer.Option(min=2, help="Hold out every N-th composition.")] = 4,
-    repeats: _GridPasses = 5,
+    repeats: GridPasses = 5,
     quick: Annotated[
         bool, typer.Option(help="A small grid of compositions (a smoke run).")
     ] = False,
     seed: Seed = 0,
-    feather_hardware: _CalibrateFeatherHardware = None,
+    feather_hardware: CalibrateFeatherHardware = None,
 ) -> None:
     """Measure real step times, fit the cost model's hardware parameters, report its error."""
     from feather_sched.harness.vllm_calibrate import (

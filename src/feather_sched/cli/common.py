@@ -1,13 +1,13 @@
 """What every `feather` command shares: the app, its consoles, the failure rule (a message
-on stderr and exit status 2, as the option parser's own errors), option parsing helpers and
-the options several commands take."""
+on stderr and exit status 2, as the option parser's own errors) and option parsing helpers
+(the options themselves: `cli.options`)."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -43,19 +43,6 @@ def _main(
     ] = False,
 ) -> None:
     """Feather: prefix-homogeneity-aware scheduling for LLM serving."""
-
-
-# ---- options shared by several commands
-
-Hardware = Annotated[
-    str,
-    typer.Option(
-        help="Hardware profile name or JSON file (`feather list hardware` says where each "
-        "comes from: measured, derived or estimate)."
-    ),
-]
-Kernel = Annotated[str, typer.Option(help="Attention kernel: paged or ideal.")]
-Seed = Annotated[int, typer.Option()]
 
 
 def names(items: Sequence[str] | None) -> list[str]:
@@ -115,3 +102,19 @@ def optional_names(text: str | None, option: str) -> list[str] | None:
     if not found:
         fail(ValueError(f"{option} {text!r} names nothing; give at least one name"))
     return found
+
+
+def schedule_fields(opts: dict[str, Any]) -> dict[str, Any]:
+    """The `BenchSpec` fields of a workload's schedule and SLO (`--arrival`, `--rate-scale`,
+    `--limit`, `--rates`, `--slo-ttft`, `--slo-tpot`), taken the same way by every command
+    that builds workloads (`feather bench`, `feather replay`)."""
+    from feather_sched.sim.result import SLO
+
+    rates = opts["rates"]
+    return {
+        "arrival": opts["arrival"],
+        "rate_scale": opts["rate_scale"],
+        "limit": opts["limit"],
+        "slo": SLO(opts["slo_ttft"], opts["slo_tpot"]),
+        "rates": None if rates is None else float_list(rates, "--rates"),
+    }

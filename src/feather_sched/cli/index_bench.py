@@ -11,12 +11,12 @@ from rich.table import Table
 
 from feather_sched.bench.machine import write_record
 from feather_sched.cli.common import (
-    Seed,
     app,
     console,
     int_list,
     writable,
 )
+from feather_sched.cli.options import Seed
 
 
 @app.command("index-bench")

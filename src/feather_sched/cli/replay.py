@@ -9,90 +9,59 @@ from typing import Annotated, Any
 import typer
 
 from feather_sched.bench.machine import write_record
-from feather_sched.cli.bench import (
-    _Arrival,
-    _DropOverlong,
-    _Limit,
-    _Rates,
-    _RateScale,
-    _SloTpot,
-    _SloTtft,
+from feather_sched.cli.common import (
+    app,
+    console,
+    err_console,
+    fail,
+    names,
+    schedule_fields,
+    writable,
 )
-from feather_sched.cli.common import app, console, err_console, fail, float_list, names, writable
-
-_Urls = Annotated[
-    list[str],
-    typer.Argument(
-        help="Server base URLs (http://host:port): vLLM's or SGLang's OpenAI-compatible API. "
-        "Several: the same schedule against each, interleaved (an A/B; the first is A)."
-    ),
-]
-_Workloads = Annotated[
-    list[str],
-    typer.Option(
-        "--workload",
-        "-w",
-        help="Workload name or trace:PATH; repeat or comma-separate (`feather list workloads`). "
-        "Default with --model: that model's engine workloads; else required.",
-    ),
-]
-_Labels = Annotated[
-    str | None,
-    typer.Option(help="Comma-separated names of the servers, one per URL (default A, B, ...)."),
-]
-_ReplayModel = Annotated[
-    str | None,
-    typer.Option(
-        help="The servers run a built-in engine model (tiny-llama or kv-bound, the directory "
-        "`harness.tiny_llama` builds): its engine-sized workloads (paper-32g, ...) and "
-        "vocabulary. Default: the simulator suite's workloads.",
-    ),
-]
-_VocabSize = Annotated[
-    int | None,
-    typer.Option(min=1, help="Token ids of generated workloads < this (the server's vocab)."),
-]
-_Concurrency = Annotated[
-    int | None, typer.Option(min=1, help="At most this many requests in flight (default: no cap).")
-]
-_Timeout = Annotated[
-    float,
-    typer.Option(help="A request fails when the server sends nothing for this many seconds."),
-]
-_Scenario = Annotated[
-    str | None,
-    typer.Option(
-        help="A name for the servers' setup (e.g. kv-pressure), appended to each workload's "
-        "name as the in-process bench does: 'paper-32g (kv-pressure)'.",
-    ),
-]
+from feather_sched.cli.options import (
+    Arrival,
+    DropOverlong,
+    JsonOut,
+    Limit,
+    MaxConcurrency,
+    Rates,
+    RateScale,
+    ReplayLabels,
+    ReplayModel,
+    ReplayUrls,
+    ReplayWorkloads,
+    RequestTimeout,
+    Scenario,
+    Seed,
+    SloTpot,
+    SloTtft,
+    VocabSize,
+)
 
 
 @app.command("replay")
 def replay(
-    urls: _Urls,
-    label: _Labels = None,
-    workload: _Workloads = None,
-    model: _ReplayModel = None,
-    vocab_size: _VocabSize = None,
-    seed: Annotated[int, typer.Option(min=0, help="Workload seed.")] = 0,
-    arrival: _Arrival = None,
-    rate_scale: _RateScale = None,
-    rates: _Rates = None,
-    limit: _Limit = None,
-    drop_overlong: _DropOverlong = False,
-    slo_ttft: _SloTtft = None,
-    slo_tpot: _SloTpot = None,
-    max_concurrency: _Concurrency = None,
-    request_timeout: _Timeout = 300.0,
+    urls: ReplayUrls,
+    label: ReplayLabels = None,
+    workload: ReplayWorkloads = None,
+    model: ReplayModel = None,
+    vocab_size: VocabSize = None,
+    seed: Seed = 0,
+    arrival: Arrival = None,
+    rate_scale: RateScale = None,
+    rates: Rates = None,
+    limit: Limit = None,
+    drop_overlong: DropOverlong = False,
+    slo_ttft: SloTtft = None,
+    slo_tpot: SloTpot = None,
+    max_concurrency: MaxConcurrency = None,
+    request_timeout: RequestTimeout = 300.0,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per (workload, server).")] = 1,
-    scenario: _Scenario = None,
+    scenario: Scenario = None,
     reset_prefix_cache: Annotated[
         bool, typer.Option(help="Empty each server's prefix cache before each run, if it lets.")
     ] = True,
-    json_out: Annotated[Path, typer.Option("--json", help="JSON results.")] = Path(
-        "feather-replay.json"
-    ),
+    json_out: JsonOut = Path("feather-replay.json"),
 ) -> None:
     """Send a workload to live servers (prompts as token ids, fixed output lengths,
     streamed, on the workload's arrival schedule); latency percentiles, throughput, goodput
@@ -133,7 +102,6 @@ def _workloads(opts: dict[str, Any], endpoints: list[Any]) -> list[Any]:
     """The workloads, built and fitted to the smallest context the servers report."""
     from feather_sched.bench.suite import BenchSpec
     from feather_sched.replay.workload import replay_workloads
-    from feather_sched.sim.result import SLO
 
     chosen = names(opts["workload"]) if opts["workload"] else None
     if not chosen and opts["model"] is None:
@@ -144,11 +112,7 @@ def _workloads(opts: dict[str, Any], endpoints: list[Any]) -> list[Any]:
             workloads=chosen or _default_workloads(opts["model"]),
             seed=opts["seed"],
             drop_overlong=opts["drop_overlong"],
-            arrival=opts["arrival"],
-            rate_scale=opts["rate_scale"],
-            limit=opts["limit"],
-            slo=SLO(opts["slo_ttft"], opts["slo_tpot"]),
-            rates=None if opts["rates"] is None else float_list(opts["rates"], "--rates"),
+            **schedule_fields(opts),
         )
         return replay_workloads(
             spec, opts["model"], opts["vocab_size"], min(contexts) if contexts else None

@@ -15,6 +15,7 @@ from feather_sched.cli.common import (
     trace_app,
     writable,
 )
+from feather_sched.cli.options import Arrival, Limit, Seed
 
 
 @trace_app.command("stats")
@@ -60,17 +61,9 @@ def trace_write_cmd(
         typer.Argument(help="A `feather bench` workload (`feather list workloads`) or trace:PATH."),
     ],
     out: Annotated[Path, typer.Argument(help="The trace file to write (Feather JSONL).")],
-    seed: Annotated[int, typer.Option(min=0, help="Workload seed.")] = 0,
-    arrival: Annotated[
-        str | None,
-        typer.Option(
-            help="Arrival process: all, poisson:RATE (requests/s) or bursts:SIZE:INTERVAL. "
-            "Default: the workload's own. Not for traces."
-        ),
-    ] = None,
-    limit: Annotated[
-        int | None, typer.Option(min=1, help="Keep the first N requests (by arrival).")
-    ] = None,
+    seed: Seed = 0,
+    arrival: Arrival = None,
+    limit: Limit = None,
 ) -> None:
     """A workload as a trace file (Feather JSONL: token ids, arrival, output length) that
     `feather bench -w trace:FILE` replays and `feather trace stats` reads; a Mooncake trace

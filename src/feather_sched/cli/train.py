@@ -9,40 +9,19 @@ import typer
 
 from feather_sched.bench.suite import DEFAULT_HARDWARE
 from feather_sched.cli.common import (
-    Hardware,
-    Kernel,
     app,
     console,
     fail,
     names,
     writable,
 )
+from feather_sched.cli.options import Hardware, Kernel, TrainMaxNumSeqs, TrainWorkloads
 from feather_sched.cost import resolve_cost
-
-# ---- `feather train` options
-
-_TrainWorkloads = Annotated[
-    list[str],
-    typer.Option(
-        "--workload",
-        "-w",
-        help="Workload name to train on (repeat or comma-separate; 'mix' = the built-in mix). "
-        "Default: the built-in mix (paper long-prefix scenarios, shared-prefix, document-qa).",
-    ),
-]
-_TrainMaxNumSeqs = Annotated[
-    int | None,
-    typer.Option(
-        min=1,
-        help="Engine max running sequences (default: the bench suite's setting for the "
-        "workload, e.g. 500 for paper-*; else 256).",
-    ),
-]
 
 
 @app.command("train")
 def train_cmd(
-    workload: _TrainWorkloads = None,
+    workload: TrainWorkloads = None,
     steps: Annotated[int, typer.Option(min=1, help="PPO steps (ADD/STOP decisions).")] = 100_000,
     out: Annotated[Path, typer.Option(help="Where to write the weights (.npz).")] = Path(
         "feather_ppo.npz"
@@ -51,7 +30,7 @@ def train_cmd(
     hardware: Hardware = DEFAULT_HARDWARE,
     model: Annotated[str, typer.Option(help="Model profile name or JSON file.")] = "llama-3-8b",
     kernel: Kernel = "paged",
-    max_num_seqs: _TrainMaxNumSeqs = None,
+    max_num_seqs: TrainMaxNumSeqs = None,
 ) -> None:
     """Train the feather-ppo policy (PPO on the simulator) and save its weights.
 
