@@ -5,8 +5,10 @@ KV pressure (1,024 blocks of 32 tokens, 8,192 batched tokens, 256 sequences), re
 its calibrated CPU profile (benchmarks/cpu-kv-bound-fitted.json, also Feather's prior, as
 `feather bench --engine vllm --feather-hardware` gives it), all at once and as a Poisson
 stream of 20 requests/s. `feather` at each `max_hold_steps` (None: unbounded, `feather-hold`)
-against FCFS, the engine's order. Deterministic: one run per cell.
-Usage: python benchmarks/hold_bound.py OUT.json [--holds none,4,8,16]
+against FCFS, the engine's order; `--reference` adds other policies' rows beside them (the
+authors' `feather-paper` and `feather-upstream`: where the hold bound's frontier stands against
+them, benchmarks/paper-policies.md). Deterministic: one run per cell.
+Usage: python benchmarks/hold_bound.py OUT.json [--holds none,4,8,16] [--reference P,Q]
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from feather_sched.cost import StepCostModel, load_hardware, load_model
 from feather_sched.harness.vllm_spec import engine_scale, engine_workload
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.feather import FeatherPolicy
+from feather_sched.policies.registry import make_policy
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.engine import simulate
 
@@ -37,19 +40,23 @@ def _requests(workload: str, rate: float | None) -> list:
     return engine_workload(workload, 512, 0, engine_scale("kv-bound"), arrival)
 
 
-def _rows(holds: list[int | None]) -> list[dict]:
+def _rows(holds: list[int | None], reference: list[str]) -> list[dict]:
     cost = StepCostModel(load_hardware(PROFILE), load_model("kv-bound"))
     rows = []
     for workload in ("paper-4g", "paper-32g", "no-sharing"):
         for rate in (None, 20.0):
             reqs = _requests(workload, rate)
             fcfs = simulate(reqs, FCFSPolicy(), cost, ENGINE).summary()
-            for hold in holds:
-                policy = FeatherPolicy(cost=cost, max_hold_steps=hold)
+            runs = [
+                ("feather", hold, FeatherPolicy(cost=cost, max_hold_steps=hold)) for hold in holds
+            ]
+            runs += [(name, None, make_policy(name)) for name in reference]
+            for name, hold, policy in runs:
                 s = simulate(reqs, policy, cost, ENGINE).summary()
                 row = {
                     "workload": workload,
                     "arrival": "all-at-once" if rate is None else f"poisson:{rate:g}",
+                    "policy": name,
                     "max_hold_steps": hold,
                     "tok_s": s["output_tok_s"],
                     "fcfs_tok_s": fcfs["output_tok_s"],
@@ -70,11 +77,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out", type=Path)
     parser.add_argument("--holds", default="none,4,8,16")
+    parser.add_argument("--reference", default="", help="other policies' rows, comma-separated")
     args = parser.parse_args()
     holds = [None if h == "none" else int(h) for h in args.holds.split(",")]
-    write_record(
-        args.out, config={"profile": "cpu-kv-bound-fitted", "holds": holds}, rows=_rows(holds)
-    )
+    reference = [name for name in args.reference.split(",") if name]
+    config = {"profile": "cpu-kv-bound-fitted", "holds": holds, "reference": reference}
+    write_record(args.out, config=config, rows=_rows(holds, reference))
 
 
 if __name__ == "__main__":
