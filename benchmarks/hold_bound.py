@@ -14,11 +14,13 @@ Usage: python benchmarks/hold_bound.py OUT.json [--holds none,4,8,16] [--referen
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from feather_sched.bench.machine import write_record
 from feather_sched.cost import StepCostModel, load_hardware, load_model
 from feather_sched.harness.vllm_spec import engine_scale, engine_workload
+from feather_sched.policies.base import Policy
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.registry import make_policy
@@ -40,24 +42,25 @@ def _requests(workload: str, rate: float | None) -> list:
     return engine_workload(workload, 512, 0, engine_scale("kv-bound"), arrival)
 
 
-def _rows(holds: list[int | None], reference: list[str]) -> list[dict]:
+Run = tuple[dict, Policy]
+"""A row's labels (what sets it apart) and the policy that runs it."""
+
+
+def sweep(runs: Callable[[StepCostModel], list[Run]]) -> list[dict]:
+    """Every workload and arrival of the rows above, each run against FCFS; `runs` builds the
+    policies from the profile's cost model (hold_clock.py sweeps its own)."""
     cost = StepCostModel(load_hardware(PROFILE), load_model("kv-bound"))
     rows = []
     for workload in ("paper-4g", "paper-32g", "no-sharing"):
         for rate in (None, 20.0):
             reqs = _requests(workload, rate)
             fcfs = simulate(reqs, FCFSPolicy(), cost, ENGINE).summary()
-            runs = [
-                ("feather", hold, FeatherPolicy(cost=cost, max_hold_steps=hold)) for hold in holds
-            ]
-            runs += [(name, None, make_policy(name)) for name in reference]
-            for name, hold, policy in runs:
+            for labels, policy in runs(cost):
                 s = simulate(reqs, policy, cost, ENGINE).summary()
                 row = {
                     "workload": workload,
                     "arrival": "all-at-once" if rate is None else f"poisson:{rate:g}",
-                    "policy": name,
-                    "max_hold_steps": hold,
+                    **labels,
                     "tok_s": s["output_tok_s"],
                     "fcfs_tok_s": fcfs["output_tok_s"],
                     "x_fcfs": round(s["output_tok_s"] / fcfs["output_tok_s"], 3),
@@ -73,6 +76,22 @@ def _rows(holds: list[int | None], reference: list[str]) -> list[dict]:
     return rows
 
 
+def _runs(holds: list[int | None], reference: list[str]) -> Callable[[StepCostModel], list[Run]]:
+    def runs(cost: StepCostModel) -> list[Run]:
+        bounded = [
+            (
+                {"policy": "feather", "max_hold_steps": hold},
+                FeatherPolicy(cost=cost, max_hold_steps=hold),
+            )
+            for hold in holds
+        ]
+        return bounded + [
+            ({"policy": name, "max_hold_steps": None}, make_policy(name)) for name in reference
+        ]
+
+    return runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out", type=Path)
@@ -82,7 +101,7 @@ def main() -> None:
     holds = [None if h == "none" else int(h) for h in args.holds.split(",")]
     reference = [name for name in args.reference.split(",") if name]
     config = {"profile": "cpu-kv-bound-fitted", "holds": holds, "reference": reference}
-    write_record(args.out, config=config, rows=_rows(holds, reference))
+    write_record(args.out, config=config, rows=sweep(_runs(holds, reference)))
 
 
 if __name__ == "__main__":

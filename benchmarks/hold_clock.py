@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import argparse
 import bisect
+from collections.abc import Callable
 from pathlib import Path
 
-from hold_bound import ENGINE, PROFILE, _requests
+from hold_bound import Run, sweep
 
 from feather_sched.bench.machine import write_record
-from feather_sched.cost import StepCostModel, load_hardware, load_model
+from feather_sched.cost import StepCostModel
 from feather_sched.policies.base import SchedulerView
-from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.feather import FeatherPolicy
-from feather_sched.sim.engine import simulate
 
 
 class HoldClock:
@@ -87,30 +86,14 @@ class ClockFeather(FeatherPolicy):
             self.hold.last_prefill_s = step_time
 
 
-def _rows(shares: list[float]) -> list[dict]:
-    cost = StepCostModel(load_hardware(PROFILE), load_model("kv-bound"))
-    rows = []
-    for workload in ("paper-4g", "paper-32g", "no-sharing"):
-        for rate in (None, 20.0):
-            reqs = _requests(workload, rate)
-            fcfs = simulate(reqs, FCFSPolicy(), cost, ENGINE).summary()
-            runs = [("steps:4", FeatherPolicy(cost=cost))]
-            runs += [(f"clock:{share:g}", ClockFeather(share, cost=cost)) for share in shares]
-            for bound, policy in runs:
-                s = simulate(reqs, policy, cost, ENGINE).summary()
-                row = {
-                    "workload": workload,
-                    "arrival": "all-at-once" if rate is None else f"poisson:{rate:g}",
-                    "bound": bound,
-                    "tok_s": s["output_tok_s"],
-                    "x_fcfs": round(s["output_tok_s"] / fcfs["output_tok_s"], 3),
-                    "ttft_p99_x_fcfs": round(s["ttft_p99_s"] / fcfs["ttft_p99_s"], 2),
-                    "preemptions": s["preemptions"],
-                    "hold_releases": s.get("hold_releases"),
-                }
-                print(row, flush=True)
-                rows.append(row)
-    return rows
+def _runs(shares: list[float]) -> Callable[[StepCostModel], list[Run]]:
+    def runs(cost: StepCostModel) -> list[Run]:
+        clocks = [
+            ({"bound": f"clock:{share:g}"}, ClockFeather(share, cost=cost)) for share in shares
+        ]
+        return [({"bound": "steps:4"}, FeatherPolicy(cost=cost)), *clocks]
+
+    return runs
 
 
 def main() -> None:
@@ -120,7 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     shares = [float(s) for s in args.shares.split(",")]
     config = {"profile": "cpu-kv-bound-fitted", "shares": shares}
-    write_record(args.out, config=config, rows=_rows(shares))
+    write_record(args.out, config=config, rows=sweep(_runs(shares)))
 
 
 if __name__ == "__main__":
