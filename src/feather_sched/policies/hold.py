@@ -19,6 +19,13 @@ paper's mechanism, taken only with confidence or a model's prior and under the s
 guard; bounding them the same way cost 64% of Feather's throughput on long-prefix where
 homogeneity pays (the free-L2 sensitivity profile), with no tail at stake there.
 Measured: benchmarks/overload.md, "Holding back, bounded".
+
+Some bursts outgrow the KV cache whatever the order: with a tail within 1.5x of the
+engine's, every request starts before any can finish, so the engine must preempt, and no
+bound that keeps the tail avoids it. The authors' policies avoid it only by starting their
+last group late (benchmarks/paper-policies.md, "Why the default cannot have both on this
+row"). A bound in seconds tied to the 1.5x rule was measured too (benchmarks/hold_clock.py)
+and changed nothing there.
 """
 
 from __future__ import annotations
