@@ -443,7 +443,11 @@ def test_sglang_bench_runs(sg, tmp_path, monkeypatch):
 
     monkeypatch.setenv("FEATHER_POLICY", "grouped")
     out = tmp_path / "pass.json"
-    assert main(["--sizes", "16", "--repeats", "1", "--passes", "1", "--json", str(out)]) == 0
+    args = ["--sizes", "16", "--repeats", "1", "--passes", "1", "--formations", "2"]
+    assert main([*args, "--json", str(out)]) == 0
     record = json.loads(out.read_text())
-    assert record["machine"] and record["results"][0]["n_waiting"] == 16
-    assert record["results"][0]["feather_admitted"] > 0
+    row = record["results"][0]
+    assert record["machine"] and record["formations"] == 2 and row["n_waiting"] == 16
+    assert row["feather_admitted"] > 0 and row["lpm_admitted"] > 0
+    # the added CPU is the median of the pairs' differences, not of the medians
+    assert row["feather_added_ms_min"] <= row["feather_added_ms"]

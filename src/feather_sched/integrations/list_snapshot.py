@@ -20,10 +20,18 @@ __all__ = ["ListSnapshot", "move"]
 
 
 def move(entries: list, j: int, slot: int) -> None:
-    """Move entry `j` to position `slot` (<= j), shifting the ones between by one. A slice
-    assignment of equal length copies only those j - slot + 1 references, where pop(j) then
-    insert(slot) shift the whole tail twice (the list can hold 10,000 waiting requests)."""
-    entries[slot : j + 1] = [entries[j], *entries[slot:j]]
+    """Move entry `j` to position `slot` (<= j), shifting the ones between by one.
+
+    Two ways, the cheaper for the distance: a slice assignment of equal length touches only
+    the j - slot + 1 references between, but each with its reference count (~4 ns an entry
+    on the dev VM); pop(j) then insert(slot) shift the tails behind j and slot with a plain
+    memmove (~0.25 ns an entry) whatever the distance. At 10,000 waiting a move across
+    5,000 entries costs ~22 us the first way and ~5 us the second; across 50, 0.4 us
+    against 5 (benchmarks/sglang.md)."""
+    if (j - slot) * 16 < 2 * len(entries) - j - slot:
+        entries[slot : j + 1] = [entries[j], *entries[slot:j]]
+    else:
+        entries.insert(slot, entries.pop(j))
 
 
 class ListSnapshot:
