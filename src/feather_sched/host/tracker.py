@@ -252,6 +252,12 @@ class RequestTracker:
         arrivals and re-queued requests to its list keeps the list sorted by it."""
         return self._meta[request_id].order
 
+    def order_key(self) -> Callable[[Any], int]:
+        """`order` of an engine request object, for a binary search over an engine's list:
+        one Python call per probe (a search at 10,000 waiting makes ~14)."""
+        meta, rid_of = self._meta, self.fields.request_id
+        return lambda req: meta[rid_of(req)].order
+
     def engine_request(self, request_id: str) -> Any:
         """The engine's own request object (the latest one seen under this id)."""
         return self._meta[request_id].engine_request

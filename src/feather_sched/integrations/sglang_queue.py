@@ -391,8 +391,11 @@ class SGLangQueue(Hosted):
         request in ~14 probes at 10,000 waiting, where `list.index` compares entry after
         entry. A list not sorted there (SGLang's own re-sort) fails the identity check and
         falls back to the scan."""
-        req, order = self.book.engine_request(rid), self.book.order
-        i = bisect_left(queue, order(rid), lo=slot, key=lambda r: order(r.rid))
+        book = self.book
+        req = book.engine_request(rid)
+        if slot < len(queue) and queue[slot] is req:
+            return slot
+        i = bisect_left(queue, book.order(rid), lo=slot, key=book.order_key())
         if i < len(queue) and queue[i] is req:
             return i
         return queue.index(req, slot)
