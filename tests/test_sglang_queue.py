@@ -349,6 +349,17 @@ def test_a_plain_pass_reads_only_the_appended_tail():
     assert (q.snapshot.full, q.snapshot.fast) == (1, 3)
 
 
+def test_a_tail_holding_a_waiting_request_is_diffed_in_full_and_counted_so():
+    """A tail that names a request already waiting (the list is not what the snapshot
+    thinks) is rejected: the whole list is diffed, and the count says so."""
+    q = SGLangQueue(GroupedPolicy(), chunk_tokens=32)
+    waiting = interleaved(2)
+    q.sync(waiting, [])
+    q.sync([*waiting, waiting[0]], [])
+    assert (q.snapshot.full, q.snapshot.fast) == (2, 0)
+    q.check(waiting, [])
+
+
 @given(st.integers(1, 40), st.data())
 def test_move_is_pop_then_insert(n, data):
     from feather_sched.integrations.list_snapshot import move

@@ -52,9 +52,10 @@ class ListSnapshot:
         self._moves: list[tuple[int, int]] = []
         self._admitted: list = []
         self.fast = 0
-        """Syncs that read only the appended tail."""
+        """Syncs that read only the appended tail (counted by the caller, which may still
+        reject a tail and diff it all)."""
         self.full = 0
-        """Syncs that had to diff the whole list."""
+        """Syncs that diffed the whole list."""
 
     def take(self, queue: list) -> None:
         """Remember `queue` as it is now (the object, and a copy in case it is kept)."""
@@ -74,14 +75,11 @@ class ListSnapshot:
         when `queue` is not that (then nothing is known, and the caller diffs it all)."""
         snap, done = self._left_as(queue), self._admitted
         if snap is None:
-            self.full += 1
             return None
         k = len(done)
         m = len(snap) - k
         if snap[:k] != done or len(queue) < m or queue[:m] != snap[k:]:
-            self.full += 1
             return None
-        self.fast += 1
         return list(queue[m:])
 
     def _left_as(self, queue: Sequence[Any]) -> list | None:

@@ -220,12 +220,14 @@ class SGLangQueue(Hosted):
         """(rids that left the list, rids that joined it, is-a-rid-on-the-list) since the
         last sync: from the appended tail when the snapshot vouches for the rest, else from
         the whole list."""
-        waiting = self.book.waiting_ids
-        tail = self.snapshot.appended(waiting_queue)
+        waiting, snapshot = self.book.waiting_ids, self.snapshot
+        tail = snapshot.appended(waiting_queue)
         if tail is not None:
             joined = set(map(_rid, tail))
             if not joined & waiting:
+                snapshot.fast += 1
                 return set(), joined, lambda rid: rid in waiting or rid in joined
+        snapshot.full += 1
         cur_w = set(map(_rid, waiting_queue))
         return waiting - cur_w, cur_w - waiting, cur_w.__contains__
 
