@@ -93,6 +93,16 @@ def replay(
     json_out: Annotated[Path, typer.Option("--json", help="JSON results.")] = Path(
         "feather-replay.json"
     ),
+    stream_interval: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Ask for every N tokens in one streamed chunk (vLLM's per-request "
+            "stream_interval, as `vllm serve --stream-interval`): less API-server and client "
+            "work per token. TTFT and TPOT keep their meaning; ITL is then per chunk. "
+            "1: a chunk per token, nothing extra sent.",
+        ),
+    ] = 1,
 ) -> None:
     """Send a workload to live servers (prompts as token ids, fixed output lengths,
     streamed, on the workload's arrival schedule); latency percentiles, throughput, goodput
@@ -173,7 +183,9 @@ def _run(opts: dict[str, Any], labels: tuple[str, ...], endpoints: list, workloa
     spec = ReplaySpec(
         labels=labels,
         repeats=opts["repeats"],
-        client=ClientOptions(opts["max_concurrency"], opts["request_timeout"]),
+        client=ClientOptions(
+            opts["max_concurrency"], opts["request_timeout"], opts["stream_interval"]
+        ),
         slo=SLO(opts["slo_ttft"], opts["slo_tpot"]),
         reset_prefix_cache=opts["reset_prefix_cache"],
     )

@@ -44,6 +44,11 @@ class ClientOptions:
     """At most this many requests in flight (None: no cap)."""
     request_timeout_s: float = 300.0
     """A request fails when the server sends nothing for this long (connect or read)."""
+    stream_interval: int = 1
+    """Ask the server to stream every this many tokens in one chunk (vLLM's per-request
+    `stream_interval`, as its `--stream-interval`; the first and last chunks still come at
+    once, so TTFT and TPOT are unchanged in meaning, ITL becomes the gap between chunks).
+    1: every token its own chunk, and nothing extra is sent (any server)."""
 
 
 @dataclass
@@ -92,9 +97,9 @@ def preflight(url: str, timeout_s: float = 10.0) -> Endpoint:
     return Endpoint(base, str(models[0]["id"]), int(length) if length else None)
 
 
-def request_body(endpoint: Endpoint, req: Request) -> dict:
+def request_body(endpoint: Endpoint, req: Request, stream_interval: int = 1) -> dict:
     """A streamed completion of exactly `req.output_len` tokens from its token ids."""
-    return {
+    body = {
         "model": endpoint.model,
         "prompt": req.prompt.tolist(),
         "max_tokens": req.output_len,
@@ -103,6 +108,9 @@ def request_body(endpoint: Endpoint, req: Request) -> dict:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if stream_interval > 1:
+        body["stream_interval"] = stream_interval
+    return body
 
 
 async def _read_stream(resp: httpx.Response, out: Outcome, clock: Callable[[], float]) -> None:
@@ -141,12 +149,14 @@ async def send_one(
     req: Request,
     out: Outcome,
     clock: Callable[[], float],
+    stream_interval: int = 1,
 ) -> None:
     """One request, streamed; whatever goes wrong is recorded in `out`, never raised."""
     out.sent_s = clock()
+    body = request_body(endpoint, req, stream_interval)
     try:
         url = endpoint.url + "/v1/completions"
-        async with client.stream("POST", url, json=request_body(endpoint, req)) as resp:
+        async with client.stream("POST", url, json=body) as resp:
             out.status = resp.status_code
             if resp.status_code != 200:
                 body = (await resp.aread()).decode(errors="replace")
@@ -190,10 +200,10 @@ async def run_schedule(
                 await answered[parent].wait()
             try:
                 if cap is None:
-                    await send_one(client, endpoint, req, out, clock)
+                    await send_one(client, endpoint, req, out, clock, options.stream_interval)
                 else:
                     async with cap:
-                        await send_one(client, endpoint, req, out, clock)
+                        await send_one(client, endpoint, req, out, clock, options.stream_interval)
             finally:
                 answered[req.request_id].set()
 

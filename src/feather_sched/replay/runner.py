@@ -10,6 +10,7 @@ the in-process bench's do; the row says whether it was (`prefix_cache_reset`).""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,12 +76,14 @@ def run_once(
     """One workload against one server: its row. Ctrl-C raises Interrupted with the row of
     what finished (marked `interrupted`)."""
     outcomes: list[Outcome] = []
+    cpu0 = time.process_time()
     try:
         server = asyncio.run(_run(endpoint, work, spec, outcomes))
     except KeyboardInterrupt:
         row = run_row(work.name, label, outcomes, spec.slo)
         raise Interrupted([{**row, "interrupted": True}]) from None
     row = run_row(work.name, label, outcomes, spec.slo)
+    row["client_cpu_s"] = round(time.process_time() - cpu0, 3)
     if "server_preemptions" in server:
         row["preemptions"] = server["server_preemptions"]
     return {**row, **server, "dropped_overlong": work.dropped, "url": endpoint.url}
