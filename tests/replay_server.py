@@ -5,7 +5,9 @@ vLLM streams them), with faults on demand. The first prompt token picks a reques
 - `REJECT`: HTTP 503 with an error body;
 - `DROP`: two tokens, then the connection is cut mid-stream;
 - `STALL`: one token, then nothing for `stall_s`;
-- anything else: `max_tokens` tokens, `token_delay_s` apart, usage, `[DONE]`.
+- anything else: `max_tokens` tokens, `token_delay_s` apart, usage, `[DONE]`; with the
+  request's `stream_interval` N, as vLLM streams it: the first token at once, then a chunk
+  per N tokens, the last chunk when the last token is made.
 
 It records every request it received (`seen`), and the most in flight at once (`peak`).
 """
@@ -136,6 +138,7 @@ def _complete(h: Any, server: FakeServer, body: dict[str, Any]) -> None:
     h.send_header("Content-Type", "text/event-stream")
     h.send_header("Transfer-Encoding", "chunked")
     h.end_headers()
+    every, pending = int(body.get("stream_interval", 1)), ""
     for i in range(want):
         if fate == DROP and i == 2:
             h.connection.shutdown(socket.SHUT_RDWR)
@@ -144,7 +147,10 @@ def _complete(h: Any, server: FakeServer, body: dict[str, Any]) -> None:
             time.sleep(server.stall_s)
             return
         time.sleep(server.token_delay_s)
-        h.event({"choices": [{"index": 0, "text": f" t{i}", "finish_reason": None}]})
+        pending += f" t{i}"
+        if i == 0 or i == want - 1 or i % every == 0:
+            h.event({"choices": [{"index": 0, "text": pending, "finish_reason": None}]})
+            pending = ""
     usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": want}
     h.event({"choices": [], "usage": usage})
     h.event("[DONE]")

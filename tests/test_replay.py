@@ -295,3 +295,56 @@ def test_a_built_in_model_gets_the_in_process_benchs_very_requests(model: str, n
     assert [r.request_id for r in work.requests] == [r.request_id for r in bench]
     for a, b in zip(work.requests, bench):
         assert np.array_equal(a.prompt, b.prompt) and a.output_len == b.output_len
+
+
+def test_stream_interval_is_asked_for_and_keeps_counts_and_tpot() -> None:
+    """With `stream_interval` 8 the server sends 3 chunks of 17 tokens instead of 17; every
+    token is still counted (usage), TPOT keeps its per-token meaning, ITL becomes per chunk."""
+    reqs = [Request(f"r{i}", np.array([10 + i, 5]), 17) for i in range(4)]
+    eight = ReplaySpec(("A",), client=ClientOptions(stream_interval=8))
+    with FakeServer(token_delay_s=0.02) as server:
+        endpoint = _endpoint(server)
+        per_token = run_once(endpoint, "A", _work(reqs), ReplaySpec(("A",)))
+        chunked = run_once(endpoint, "A", _work(reqs), eight)
+    assert not any("stream_interval" in s for s in server.seen[:4])
+    assert [s["stream_interval"] for s in server.seen[4:]] == [8] * 4
+    for row in (per_token, chunked):
+        assert (row["finished"], row["failed"], row["output_tokens"]) == (4, 0, 4 * 17)
+        assert row["client_cpu_s"] >= 0
+    assert chunked["tpot_p50_s"] == pytest.approx(per_token["tpot_p50_s"], rel=0.5)
+    assert chunked["itl_p50_s"] > 4 * per_token["itl_p50_s"]
+
+
+def test_command_stream_interval_is_sent_and_recorded_and_checked(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    with FakeServer() as server:
+        args = [server.url, "--model", "tiny-llama", "-w", "no-sharing", "--limit", "2"]
+        code, stdout, _ = _replay(*args, "--stream-interval", "4", "--json", str(out))
+        assert code == 0, stdout
+        assert [s["stream_interval"] for s in server.seen] == [4, 4]
+        code, _, err = _replay(*args, "--stream-interval", "0", "--json", str(tmp_path / "x"))
+    assert json.loads(out.read_text())["config"]["stream_interval"] == 4
+    assert code == 2 and "--stream-interval" in err and len(server.seen) == 2
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_server_cpu_is_split_into_the_process_and_its_descendants() -> None:
+    """A parent that sleeps over a grandchild that spins: the spinning shows as `engine`
+    (descendants), not as `api` (the process itself), and in the machine's busy time."""
+    from feather_sched.harness.vllm_server import machine_busy_s, process_cpu_s
+
+    spin = "while True: pass"
+    middle = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {spin!r}]).wait()"
+    parent = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {middle!r}])"
+    cmd = [sys.executable, "-c", parent + "; time.sleep(60)"]
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        busy0, deadline = machine_busy_s(), time.monotonic() + 20
+        while process_cpu_s(proc.pid)["engine"] < 1.0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        cpu = process_cpu_s(proc.pid)
+        assert cpu["engine"] >= 1.0 and cpu["api"] < 0.5
+        assert machine_busy_s() - busy0 > 0.5
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
