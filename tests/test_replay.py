@@ -348,3 +348,37 @@ def test_server_cpu_is_split_into_the_process_and_its_descendants() -> None:
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_sglang_native_generate_with_its_metrics_and_cache_flush() -> None:
+    """SGLang's `/generate` (input_ids, sampling_params) against a local server following
+    SGLang's documented format (no SGLang server runs here): each request once with its
+    length, faults counted, `sglang:` metrics read, the radix cache flushed first."""
+    reqs = _requests(9, fates={1: REJECT, 4: DROP})
+    spec = ReplaySpec(("A",), client=ClientOptions(api="generate", stream_interval=2))
+    with FakeServer(flavor="sglang") as server:
+        row = run_once(_endpoint(server), "A", _work(reqs), spec)
+    assert sorted((s["input_ids"][0], s["sampling_params"]["max_new_tokens"]) for s in server.seen)\
+        == sorted((int(r.prompt[0]), r.output_len) for r in reqs)  # fmt: skip
+    assert all(s["stream"] and s["sampling_params"]["ignore_eos"] for s in server.seen)
+    assert all(s["sampling_params"]["stream_interval"] == 2 for s in server.seen)
+    assert (row["sent"], row["finished"], row["failed"]) == (9, 7, 2)
+    assert row["failed_by"] == {"http 503": 1, "RemoteProtocolError": 1}
+    assert row["output_tokens"] == sum(r.output_len for i, r in enumerate(reqs) if i not in (1, 4))
+    assert row["prefix_cache_reset"] is True and server.flushes == 1
+    assert row["server_prefix_cache_queries"] == sum(r.prompt_len for r in reqs)
+    assert row["server_prefix_hit_rate"] == 0.5  # device + host cached tokens, summed
+    assert row["server_requests_succeeded"] == 9 and "server_running_max" in row
+
+
+def test_command_api_is_checked_and_recorded(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    with FakeServer(flavor="sglang") as server:
+        args = [server.url, "--model", "tiny-llama", "-w", "no-sharing", "--limit", "2"]
+        code, _, err = _replay(*args, "--api", "chat", "--json", str(out))
+        assert code == 2 and "--api 'chat'" in err and not server.seen and not out.exists()
+        code, stdout, _ = _replay(*args, "--api", "generate", "--json", str(out))
+    assert code == 0, stdout
+    record = json.loads(out.read_text())
+    assert record["config"]["api"] == "generate"
+    assert record["rows"][0]["finished"] == 2 and len(server.seen) == 2

@@ -103,6 +103,13 @@ def replay(
             "1: a chunk per token, nothing extra sent.",
         ),
     ] = 1,
+    api: Annotated[
+        str,
+        typer.Option(
+            help="completions: the OpenAI /v1/completions (vLLM, SGLang); generate: SGLang's "
+            "native /generate (input_ids, sampling_params).",
+        ),
+    ] = "completions",
 ) -> None:
     """Send a workload to live servers (prompts as token ids, fixed output lengths,
     streamed, on the workload's arrival schedule); latency percentiles, throughput, goodput
@@ -110,6 +117,10 @@ def replay(
     if importlib.util.find_spec("httpx") is None:
         fail(RuntimeError("feather replay needs httpx: pip install 'feather-sched[replay]'"))
     opts = dict(locals())
+    from feather_sched.replay.client import APIS
+
+    if api not in APIS:
+        fail(ValueError(f"--api {api!r}: valid: {', '.join(APIS)}"))
     writable(json=json_out)
     labels = _labels(label, len(urls))
     endpoints = _preflight(urls)
@@ -184,7 +195,7 @@ def _run(opts: dict[str, Any], labels: tuple[str, ...], endpoints: list, workloa
         labels=labels,
         repeats=opts["repeats"],
         client=ClientOptions(
-            opts["max_concurrency"], opts["request_timeout"], opts["stream_interval"]
+            opts["max_concurrency"], opts["request_timeout"], opts["stream_interval"], opts["api"]
         ),
         slo=SLO(opts["slo_ttft"], opts["slo_tpot"]),
         reset_prefix_cache=opts["reset_prefix_cache"],

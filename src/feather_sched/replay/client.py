@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from feather_sched.replay import native as native_api
 from feather_sched.request import Request
 
 
@@ -49,6 +50,12 @@ class ClientOptions:
     `stream_interval`, as its `--stream-interval`; the first and last chunks still come at
     once, so TTFT and TPOT are unchanged in meaning, ITL becomes the gap between chunks).
     1: every token its own chunk, and nothing extra is sent (any server)."""
+    api: str = "completions"
+    """`completions`: the OpenAI `/v1/completions` (vLLM, SGLang); `generate`: SGLang's
+    native `/generate` (replay/native.py)."""
+
+
+APIS = ("completions", "generate")
 
 
 @dataclass
@@ -149,20 +156,26 @@ async def send_one(
     req: Request,
     out: Outcome,
     clock: Callable[[], float],
-    stream_interval: int = 1,
+    options: ClientOptions,
 ) -> None:
     """One request, streamed; whatever goes wrong is recorded in `out`, never raised."""
     out.sent_s = clock()
-    body = request_body(endpoint, req, stream_interval)
-    try:
+    if options.api == "generate":
+        url = endpoint.url + native_api.PATH
+        body = native_api.generate_body(req, options.stream_interval)
+        read = native_api.read_generate_stream
+    else:
         url = endpoint.url + "/v1/completions"
+        body = request_body(endpoint, req, options.stream_interval)
+        read = _read_stream
+    try:
         async with client.stream("POST", url, json=body) as resp:
             out.status = resp.status_code
             if resp.status_code != 200:
-                body = (await resp.aread()).decode(errors="replace")
-                out.error = f"HTTP {resp.status_code}: {body[:200]}"
+                text = (await resp.aread()).decode(errors="replace")
+                out.error = f"HTTP {resp.status_code}: {text[:200]}"
                 return
-            await _read_stream(resp, out, clock)
+            await read(resp, out, clock)
     except httpx.TimeoutException:
         out.error = f"timeout: no data after {len(out.chunk_s)} chunks"
     except (httpx.HTTPError, json.JSONDecodeError) as err:
@@ -200,10 +213,10 @@ async def run_schedule(
                 await answered[parent].wait()
             try:
                 if cap is None:
-                    await send_one(client, endpoint, req, out, clock, options.stream_interval)
+                    await send_one(client, endpoint, req, out, clock, options)
                 else:
                     async with cap:
-                        await send_one(client, endpoint, req, out, clock, options.stream_interval)
+                        await send_one(client, endpoint, req, out, clock, options)
             finally:
                 answered[req.request_id].set()
 

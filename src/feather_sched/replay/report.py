@@ -45,7 +45,7 @@ def replay_config(
     keys = (
         "model", "vocab_size", "seed", "arrival", "rate_scale", "rates", "limit",
         "drop_overlong", "slo_ttft", "slo_tpot", "max_concurrency", "request_timeout",
-        "repeats", "scenario", "reset_prefix_cache", "stream_interval",
+        "repeats", "scenario", "reset_prefix_cache", "stream_interval", "api",
     )  # fmt: skip
     servers = [
         {"label": lb, "url": e.url, "served_model": e.model, "max_model_len": e.max_model_len}
