@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -146,7 +147,13 @@ def main(argv: list[str] | None = None) -> int:
         "--limit", type=int, default=None, help="Requests per workload (a smoke run)."
     )
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "feather")
+    parser.add_argument(
+        "--show", action="store_true", help="Print the records' table; run nothing."
+    )
     args = parser.parse_args(argv)
+    if args.show:
+        print(cpu_table(args.json))
+        return 0
     intervals = [int(v) for v in args.stream_intervals.split(",")]
     specs = server_specs(args.scenario, args.cache)
     with tempfile.TemporaryDirectory() as tmp, served(specs, Path(tmp)) as servers:
@@ -178,7 +185,49 @@ def main(argv: list[str] | None = None) -> int:
                 inprocess_runs.append({**row, "repeat": rep, "idle_servers_cpu_s": round(idle, 2)})
                 print(_inprocess_line(row), flush=True)
             _write(args, endpoints, intervals, runs, inprocess_runs)
+    print(cpu_table(args.json))
     return 0
+
+
+def cpu_table(path: Path) -> str:
+    """The records' story, as benchmarks/replay.md tells it: per (stream interval or
+    in-process, workload, server), the median throughput with every run's, the B/A of each
+    repeat's pair, and the median CPU seconds per process over the run's wall time."""
+    stem, lines = path.stem, []
+    paths = [*sorted(path.parent.glob(f"{stem}-si*.json")), path]
+    runs = [r for p in paths if p.exists() for r in json.loads(p.read_text())["runs"]]
+    inproc = path.with_stem(stem + "-inprocess")
+    if inproc.exists():
+        runs += [
+            {**r, "stream_interval": "in-process"} for r in json.loads(inproc.read_text())["runs"]
+        ]
+    groups: dict[tuple, dict[str, dict[int, dict]]] = {}
+    for r in runs:
+        key = (str(r["stream_interval"]), r["workload"])
+        groups.setdefault(key, {}).setdefault(r["policy"], {})[r["repeat"]] = r
+    for (si, work), by in sorted(groups.items()):
+        pairs = [by["feather"][k]["output_tok_s"] / by["vllm"][k]["output_tok_s"]
+                 for k in by.get("vllm", {}) if k in by.get("feather", {})]  # fmt: skip
+        ratio = ", ".join(f"{x:.2f}" for x in sorted(pairs))
+        lines.append(f"{si:>10} {work}: B/A per repeat {ratio}")
+        for label, reps in by.items():
+            lines.append(f"{'':>12}{label:<8} " + _cpu_cells(list(reps.values())))
+    return "\n".join(lines)
+
+
+def _cpu_cells(runs: list[dict[str, Any]]) -> str:
+    def med(key: str) -> float:
+        return statistics.median(r.get(key) or 0.0 for r in runs)
+
+    tput = ", ".join(f"{r['output_tok_s']:.0f}" for r in runs)
+    if "engine_cpu_s" not in runs[0]:  # in process: one process does all
+        return (f"{med('output_tok_s'):.0f} tok/s ({tput}); cpu {med('cpu_s'):.0f} s over "
+                f"{med('makespan_s'):.0f} s; others {med('others_cpu_s'):.0f} s over the "
+                f"session's {med('session_wall_s'):.0f} s")  # fmt: skip
+    return (f"{med('output_tok_s'):.0f} tok/s ({tput}); over {med('run_wall_s'):.0f} s: engine "
+            f"{med('engine_cpu_s'):.0f} s, api {med('api_cpu_s'):.1f} s, client "
+            f"{med('client_cpu_s'):.1f} s, idle server {med('idle_server_cpu_s'):.1f} s, "
+            f"others {med('others_cpu_s'):.1f} s")  # fmt: skip
 
 
 def _inprocess_line(row: dict[str, Any]) -> str:
