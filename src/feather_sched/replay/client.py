@@ -120,10 +120,26 @@ def request_body(endpoint: Endpoint, req: Request, stream_interval: int = 1) -> 
     return body
 
 
-async def _read_stream(resp: httpx.Response, out: Outcome, clock: Callable[[], float]) -> None:
-    """The server-sent events of one completion: chunk times, usage, the end marker."""
+Take = Callable[[dict, Outcome, Callable[[], float]], None]
+"""One API's reading of one streamed event into the request's outcome."""
+
+
+def take_completion(event: dict, out: Outcome, clock: Callable[[], float]) -> None:
+    """An OpenAI completion chunk: a chunk time when it carries text; the usage's count."""
+    choices = event.get("choices") or []
+    if choices and choices[0].get("text"):
+        out.chunk_s.append(clock())
+    if event.get("usage"):
+        out.tokens = int(event["usage"].get("completion_tokens", 0))
+
+
+async def read_stream(
+    resp: httpx.Response, out: Outcome, clock: Callable[[], float], take: Take
+) -> None:
+    """The server-sent events of one request, each read by `take`, to the `[DONE]` marker;
+    an error event fails it, as do a stream cut short and a wrong token count (the
+    server's own count, else the chunks')."""
     finished = False
-    counted = 0
     async for line in resp.aiter_lines():
         if not line.startswith("data:"):
             continue
@@ -131,17 +147,12 @@ async def _read_stream(resp: httpx.Response, out: Outcome, clock: Callable[[], f
         if data == "[DONE]":
             finished = True
             break
-        chunk = json.loads(data)
-        if "error" in chunk:
-            out.error = f"error event: {str(chunk['error'])[:200]}"
+        event = json.loads(data)
+        if "error" in event:
+            out.error = f"error event: {str(event['error'])[:200]}"
             return
-        choices = chunk.get("choices") or []
-        if choices and choices[0].get("text"):
-            out.chunk_s.append(clock())
-            counted += 1
-        if chunk.get("usage"):
-            out.tokens = int(chunk["usage"].get("completion_tokens", 0))
-    out.tokens = out.tokens or counted
+        take(event, out, clock)
+    out.tokens = out.tokens or len(out.chunk_s)
     if not finished:
         out.error = f"stream ended without [DONE] after {len(out.chunk_s)} chunks"
     elif out.tokens != out.want_tokens:
@@ -163,11 +174,11 @@ async def send_one(
     if options.api == "generate":
         url = endpoint.url + native_api.PATH
         body = native_api.generate_body(req, options.stream_interval)
-        read = native_api.read_generate_stream
+        take = native_api.take_generate
     else:
         url = endpoint.url + "/v1/completions"
         body = request_body(endpoint, req, options.stream_interval)
-        read = _read_stream
+        take = take_completion
     try:
         async with client.stream("POST", url, json=body) as resp:
             out.status = resp.status_code
@@ -175,7 +186,7 @@ async def send_one(
                 text = (await resp.aread()).decode(errors="replace")
                 out.error = f"HTTP {resp.status_code}: {text[:200]}"
                 return
-            await read(resp, out, clock)
+            await read_stream(resp, out, clock, take)
     except httpx.TimeoutException:
         out.error = f"timeout: no data after {len(out.chunk_s)} chunks"
     except (httpx.HTTPError, json.JSONDecodeError) as err:

@@ -4,17 +4,15 @@ the client speaks by default: prompts as `input_ids`, the output length in
 `{"text", "output_ids", "meta_info": {"completion_tokens", "finish_reason", ...}}` and a
 final `[DONE]`, as sglang 0.5's `entrypoints/http_server.py` serves it and its own
 `bench_serving` reads it. A chunk counts as a token arrival when `completion_tokens` grows
-(the text of a random-weight model's token may be empty); an `{"error": ...}` event fails
-the request as the completions API's does.
+(the text of a random-weight model's token may be empty); the stream itself (the end
+marker, error events, the final count) is read as the completions API's
+(`client.read_stream`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
-
-import httpx
 
 from feather_sched.request import Request
 
@@ -32,28 +30,10 @@ def generate_body(req: Request, stream_interval: int = 1) -> dict[str, Any]:
     return {"input_ids": req.prompt.tolist(), "sampling_params": params, "stream": True}
 
 
-async def read_generate_stream(resp: httpx.Response, out: Any, clock: Callable[[], float]) -> None:
-    """The events of one `/generate` stream into `out` (a client `Outcome`): a chunk time
-    each time the completion grows, its final token count, the end marker checked."""
-    finished = False
-    async for line in resp.aiter_lines():
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            finished = True
-            break
-        event = json.loads(data)
-        if "error" in event:
-            out.error = f"error event: {str(event['error'])[:200]}"
-            return
-        tokens = int((event.get("meta_info") or {}).get("completion_tokens", 0))
-        if tokens > out.tokens:
-            out.chunk_s.append(clock())
-            out.tokens = tokens
-    if not finished:
-        out.error = f"stream ended without [DONE] after {len(out.chunk_s)} chunks"
-    elif out.tokens != out.want_tokens:
-        out.error = f"{out.tokens} of {out.want_tokens} tokens"
-    else:
-        out.done_s = clock()
+def take_generate(event: dict[str, Any], out: Any, clock: Callable[[], float]) -> None:
+    """One `/generate` event into `out` (a client `Outcome`): a chunk time each time the
+    completion grows, and its token count so far (the client checks the final one)."""
+    tokens = int((event.get("meta_info") or {}).get("completion_tokens", 0))
+    if tokens > out.tokens:
+        out.chunk_s.append(clock())
+        out.tokens = tokens
