@@ -67,6 +67,7 @@ def _measured_run(servers, endpoints, i: int, work, spec: ReplaySpec) -> dict[st
         "run_wall_s": round(wall, 3),
         "api_cpu_s": round(after[i]["api"] - before[i]["api"], 2),
         "engine_cpu_s": round(after[i]["engine"] - before[i]["engine"], 2),
+        "worker_cpu_s": round(after[i]["worker"] - before[i]["worker"], 2),
         "idle_server_cpu_s": round(sum(after[other].values()) - sum(before[other].values()), 2),
         "others_cpu_s": round(busy - ours - row["client_cpu_s"], 2),
     }
@@ -225,8 +226,9 @@ def _cpu_cells(runs: list[dict[str, Any]]) -> str:
                 f"{med('makespan_s'):.0f} s; others {med('others_cpu_s'):.0f} s over the "
                 f"session's {med('session_wall_s'):.0f} s")  # fmt: skip
     return (f"{med('output_tok_s'):.0f} tok/s ({tput}); over {med('run_wall_s'):.0f} s: engine "
-            f"{med('engine_cpu_s'):.0f} s, api {med('api_cpu_s'):.1f} s, client "
-            f"{med('client_cpu_s'):.1f} s, idle server {med('idle_server_cpu_s'):.1f} s, "
+            f"{med('engine_cpu_s'):.0f} s, worker {med('worker_cpu_s'):.0f} s, api "
+            f"{med('api_cpu_s'):.1f} s, client {med('client_cpu_s'):.1f} s, idle server "
+            f"{med('idle_server_cpu_s'):.1f} s, "
             f"others {med('others_cpu_s'):.1f} s")  # fmt: skip
 
 
@@ -242,7 +244,8 @@ def _line(row: dict[str, Any]) -> str:
     return (
         f"replay si={row['stream_interval']} {row['workload']} {row['policy']}: "
         f"{row['finished']}/{row['requests']} ok, {row['output_tok_s']} tok/s, cpu engine "
-        f"{row['engine_cpu_s']} api {row['api_cpu_s']} client {row['client_cpu_s']} "
+        f"{row['engine_cpu_s']} worker {row['worker_cpu_s']} api {row['api_cpu_s']} "
+        f"client {row['client_cpu_s']} "
         f"over {row['run_wall_s']} s"
     )
 

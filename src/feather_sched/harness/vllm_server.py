@@ -153,10 +153,11 @@ def _stat(pid: int) -> list[str]:
 
 
 def process_cpu_s(pid: int) -> dict[str, float]:
-    """CPU seconds used so far by the process `pid` (`api`: vLLM's API server, which
-    tokenizes, detokenizes and streams) and by all its descendants together (`engine`:
-    the engine core, beside multiprocessing's idle resource tracker). Linux only; a
-    descendant that exits between the reads is left out."""
+    """CPU seconds used so far by the API server process `pid` (`api`: it tokenizes,
+    detokenizes and streams), its children (`engine`: vLLM's engine core, which schedules,
+    beside multiprocessing's idle resource tracker) and everything below them (`worker`:
+    the model runner, a process of its own on vLLM's CPU backend). Linux only; a process
+    that exits between the reads is left out."""
     tick = os.sysconf("SC_CLK_TCK")
     parents: dict[int, int] = {}
     cpu: dict[int, float] = {}
@@ -169,12 +170,13 @@ def process_cpu_s(pid: int) -> dict[str, float]:
             continue
         parents[int(entry.name)] = int(fields[1])
         cpu[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
-    family, frontier = set(), [pid]
-    while frontier:
-        children = [c for c, p in parents.items() if p in frontier and c not in family]
-        family.update(children)
-        frontier = children
-    return {"api": cpu.get(pid, 0.0), "engine": sum(cpu.get(c, 0.0) for c in family)}
+    out = {"api": cpu.get(pid, 0.0), "engine": 0.0, "worker": 0.0}
+    level, depth = {pid}, 0
+    while level:
+        level = {c for c, p in parents.items() if p in level}
+        depth += 1
+        out["engine" if depth == 1 else "worker"] += sum(cpu[c] for c in level)
+    return out
 
 
 def machine_busy_s() -> float:
