@@ -82,11 +82,18 @@ def _inprocess(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     busy0, t0, own0 = machine_busy_s(), time.perf_counter(), _children_cpu_s()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     wall, own = time.perf_counter() - t0, _children_cpu_s() - own0
-    rows = json.loads(out.read_text())["rows"]
+    rows = [_named(row, args.scenario) for row in json.loads(out.read_text())["rows"]]
     for row in rows:
         row.update(session_wall_s=round(wall, 2), session_cpu_s=round(own, 2))
         row["others_cpu_s"] = round(machine_busy_s() - busy0 - own, 2)
     return rows
+
+
+def _named(row: dict[str, Any], scenario: str) -> dict[str, Any]:
+    """The bench names a `--num-kv-blocks` run `paper-32g (kv-1024-blocks)`; the replay's
+    row is `paper-32g (kv-pressure)`: the same name, so `feather compare` pairs them."""
+    base = row["workload"].split(" (", 1)[0]
+    return {**row, "workload": f"{base} ({scenario})", "bench_workload": row["workload"]}
 
 
 def _children_cpu_s() -> float:
