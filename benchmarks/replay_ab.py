@@ -28,21 +28,21 @@ HERE = Path(__file__).resolve().parent
 PRIOR = HERE / "cpu-kv-bound-fitted.json"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    scenarios = {s.name: s.num_blocks for s in ENGINE_SCALES["kv-bound"].scenarios}
-    parser.add_argument("scenario", choices=sorted(scenarios))
-    parser.add_argument("--json", type=Path, required=True)
-    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "feather")
-    args, replay_args = parser.parse_known_args(argv)
-    model = str(build_tiny_llama(args.cache / "kv-bound", KV_BOUND))
+SCENARIOS = {s.name: s.num_blocks for s in ENGINE_SCALES["kv-bound"].scenarios}
+"""KV scenario -> the servers' KV blocks (the in-process bench's `--num-kv-blocks`)."""
+
+
+def server_specs(scenario: str, cache: Path) -> list[ServerSpec]:
+    """vLLM's own scheduler and Feather's, on the kv-bound model built under `cache`, with
+    the in-process bench's settings for `scenario`."""
+    model = str(build_tiny_llama(cache / "kv-bound", KV_BOUND))
     shared = dict(
         max_model_len=ENGINE_SCALES["kv-bound"].max_model_len,
-        num_gpu_blocks=scenarios[args.scenario],
+        num_gpu_blocks=SCENARIOS[scenario],
         max_num_batched_tokens=8192,
     )
     options = json.dumps({"hardware": str(PRIOR), "model": "kv-bound"})
-    specs = [
+    return [
         ServerSpec(model, **shared),
         ServerSpec(
             model,
@@ -51,6 +51,15 @@ def main(argv: list[str] | None = None) -> int:
             **shared,
         ),
     ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "feather")
+    args, replay_args = parser.parse_known_args(argv)
+    specs = server_specs(args.scenario, args.cache)
     with tempfile.TemporaryDirectory() as logs, vllm_servers(specs, Path(logs)) as urls:
         cmd = [sys.executable, "-m", "feather_sched.cli", "replay", *urls]
         cmd += ["--label", "vllm,feather", "--model", "kv-bound", "--scenario", args.scenario]

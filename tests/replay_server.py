@@ -5,9 +5,16 @@ vLLM streams them), with faults on demand. The first prompt token picks a reques
 - `REJECT`: HTTP 503 with an error body;
 - `DROP`: two tokens, then the connection is cut mid-stream;
 - `STALL`: one token, then nothing for `stall_s`;
-- anything else: `max_tokens` tokens, `token_delay_s` apart, usage, `[DONE]`.
+- anything else: `max_tokens` tokens, `token_delay_s` apart, usage, `[DONE]`; with the
+  request's `stream_interval` N, as vLLM streams it: the first token at once, then a chunk
+  per N tokens, the last chunk when the last token is made.
 
 It records every request it received (`seen`), and the most in flight at once (`peak`).
+
+`FakeServer(flavor="sglang")` follows SGLang 0.5's documented HTTP format instead (no SGLang
+server can run on the test machine): the native `POST /generate` (`input_ids`,
+`sampling_params.max_new_tokens`; events of cumulative `text`, `output_ids` and
+`meta_info.completion_tokens`, then `[DONE]`), `POST /flush_cache`, and `sglang:` metrics.
 """
 
 from __future__ import annotations
@@ -40,7 +47,10 @@ class FakeServer:
         stall_s: float = 30.0,
         metrics: bool = True,
         models_status: int = 200,
+        flavor: str = "vllm",
     ) -> None:
+        self.flavor = flavor
+        self.flushes = 0
         self.token_delay_s = token_delay_s
         self.stall_s = stall_s
         self.metrics = metrics
@@ -67,7 +77,17 @@ class FakeServer:
 
     def metrics_text(self) -> str:
         with self.lock:
-            queries = sum(len(s["prompt"]) for s in self.seen)
+            queries = sum(len(_prompt(s)) for s in self.seen)
+            if self.flavor == "sglang":
+                return (
+                    "# TYPE sglang:prompt_tokens_total counter\n"
+                    f'sglang:prompt_tokens_total{{is_streaming="true"}} {float(queries)}\n'
+                    f'sglang:cached_tokens_total{{cache_source="device"}} {queries / 4}\n'
+                    f'sglang:cached_tokens_total{{cache_source="host"}} {queries / 4}\n'
+                    f"sglang:num_requests_total {float(len(self.seen))}\n"
+                    f"sglang:num_running_reqs {float(self.in_flight)}\n"
+                    "sglang:num_queue_reqs 0.0\n"
+                )
             return (
                 "# HELP vllm:prefix_cache_queries_total x\n"
                 f'vllm:prefix_cache_queries_total{{engine="0",model_name="m"}} {float(queries)}\n'
@@ -103,16 +123,22 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if self.path != "/v1/completions":
+            native = server.flavor == "sglang" and self.path == "/generate"
+            if native or self.path == "/v1/completions":
+                self._generate(json.loads(raw), native)
+            elif server.flavor == "sglang" and self.path == "/flush_cache":
+                server.flushes += 1
+                self._send(200, "Cache flushed.\n", "text/plain")
+            else:
                 self._send(404, "{}")
-                return
-            body = json.loads(raw)
+
+        def _generate(self, body: dict[str, Any], native: bool) -> None:
             with server.lock:
                 server.seen.append(body)
                 server.in_flight += 1
                 server.peak = max(server.peak, server.in_flight)
             try:
-                _complete(self, server, body)
+                _complete(self, server, body, native)
             finally:
                 with server.lock:
                     server.in_flight -= 1
@@ -126,9 +152,16 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _complete(h: Any, server: FakeServer, body: dict[str, Any]) -> None:
-    """One streamed completion, or its fault (the module docstring)."""
-    fate, want = body["prompt"][0], int(body["max_tokens"])
+def _prompt(body: dict[str, Any]) -> list[int]:
+    return body["input_ids"] if "input_ids" in body else body["prompt"]
+
+
+def _complete(h: Any, server: FakeServer, body: dict[str, Any], native: bool) -> None:
+    """One streamed completion (OpenAI's or SGLang's native format), or its fault (the
+    module docstring)."""
+    params = body["sampling_params"] if native else body
+    fate = _prompt(body)[0]
+    want = int(params["max_new_tokens" if native else "max_tokens"])
     if fate == REJECT:
         h._send(503, json.dumps({"error": {"message": "overloaded", "code": 503}}))
         return
@@ -136,6 +169,7 @@ def _complete(h: Any, server: FakeServer, body: dict[str, Any]) -> None:
     h.send_header("Content-Type", "text/event-stream")
     h.send_header("Transfer-Encoding", "chunked")
     h.end_headers()
+    every, sent = int(params.get("stream_interval", 1)), 0
     for i in range(want):
         if fate == DROP and i == 2:
             h.connection.shutdown(socket.SHUT_RDWR)
@@ -144,10 +178,25 @@ def _complete(h: Any, server: FakeServer, body: dict[str, Any]) -> None:
             time.sleep(server.stall_s)
             return
         time.sleep(server.token_delay_s)
-        h.event({"choices": [{"index": 0, "text": f" t{i}", "finish_reason": None}]})
-    usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": want}
-    h.event({"choices": [], "usage": usage})
+        if i == 0 or i == want - 1 or i % every == 0:
+            h.event(_chunk(sent, i + 1, want, len(_prompt(body)), native))
+            sent = i + 1
+    if not native:
+        usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": want}
+        h.event({"choices": [], "usage": usage})
     h.event("[DONE]")
     h.wfile.write(b"0\r\n\r\n")
     with server.lock:
         server.answered += 1
+
+
+def _chunk(sent: int, made: int, want: int, prompt: int, native: bool) -> dict[str, Any]:
+    """The event for tokens `sent`..`made`: OpenAI's delta text, or SGLang's cumulative
+    text and ids with `meta_info`."""
+    if not native:
+        text = "".join(f" t{i}" for i in range(sent, made))
+        return {"choices": [{"index": 0, "text": text, "finish_reason": None}]}
+    done = {"type": "length", "length": want} if made == want else None
+    meta = {"prompt_tokens": prompt, "completion_tokens": made, "finish_reason": done}
+    text = "".join(f" t{i}" for i in range(made))
+    return {"text": text, "output_ids": list(range(made)), "meta_info": meta, "index": 0}

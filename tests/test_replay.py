@@ -295,3 +295,91 @@ def test_a_built_in_model_gets_the_in_process_benchs_very_requests(model: str, n
     assert [r.request_id for r in work.requests] == [r.request_id for r in bench]
     for a, b in zip(work.requests, bench):
         assert np.array_equal(a.prompt, b.prompt) and a.output_len == b.output_len
+
+
+def test_stream_interval_is_asked_for_and_keeps_counts_and_tpot() -> None:
+    """With `stream_interval` 8 the server sends 3 chunks of 17 tokens instead of 17; every
+    token is still counted (usage), TPOT keeps its per-token meaning, ITL becomes per chunk."""
+    reqs = [Request(f"r{i}", np.array([10 + i, 5]), 17) for i in range(4)]
+    eight = ReplaySpec(("A",), client=ClientOptions(stream_interval=8))
+    with FakeServer(token_delay_s=0.02) as server:
+        endpoint = _endpoint(server)
+        per_token = run_once(endpoint, "A", _work(reqs), ReplaySpec(("A",)))
+        chunked = run_once(endpoint, "A", _work(reqs), eight)
+    assert not any("stream_interval" in s for s in server.seen[:4])
+    assert [s["stream_interval"] for s in server.seen[4:]] == [8] * 4
+    for row in (per_token, chunked):
+        assert (row["finished"], row["failed"], row["output_tokens"]) == (4, 0, 4 * 17)
+        assert row["client_cpu_s"] >= 0
+    assert chunked["tpot_p50_s"] == pytest.approx(per_token["tpot_p50_s"], rel=0.5)
+    assert chunked["itl_p50_s"] > 4 * per_token["itl_p50_s"]
+
+
+def test_command_stream_interval_is_sent_and_recorded_and_checked(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    with FakeServer() as server:
+        args = [server.url, "--model", "tiny-llama", "-w", "no-sharing", "--limit", "2"]
+        code, stdout, _ = _replay(*args, "--stream-interval", "4", "--json", str(out))
+        assert code == 0, stdout
+        assert [s["stream_interval"] for s in server.seen] == [4, 4]
+        code, _, err = _replay(*args, "--stream-interval", "0", "--json", str(tmp_path / "x"))
+    assert json.loads(out.read_text())["config"]["stream_interval"] == 4
+    assert code == 2 and "--stream-interval" in err and len(server.seen) == 2
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_server_cpu_is_split_into_the_process_its_children_and_below() -> None:
+    """A parent that sleeps over a child that waits over a grandchild that spins (vLLM's API
+    server, engine core, CPU worker): the spinning shows as `worker`, not as `engine` or
+    `api`, and in the machine's busy time."""
+    from feather_sched.harness.vllm_server import machine_busy_s, process_cpu_s
+
+    spin = "while True: pass"
+    middle = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {spin!r}]).wait()"
+    parent = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {middle!r}])"
+    cmd = [sys.executable, "-c", parent + "; time.sleep(60)"]
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        busy0, deadline = machine_busy_s(), time.monotonic() + 20
+        while process_cpu_s(proc.pid)["worker"] < 1.0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        cpu = process_cpu_s(proc.pid)
+        assert cpu["worker"] >= 1.0 and cpu["engine"] < 0.5 and cpu["api"] < 0.5
+        assert machine_busy_s() - busy0 > 0.5
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_sglang_native_generate_with_its_metrics_and_cache_flush() -> None:
+    """SGLang's `/generate` (input_ids, sampling_params) against a local server following
+    SGLang's documented format (no SGLang server runs here): each request once with its
+    length, faults counted, `sglang:` metrics read, the radix cache flushed first."""
+    reqs = _requests(9, fates={1: REJECT, 4: DROP})
+    spec = ReplaySpec(("A",), client=ClientOptions(api="generate", stream_interval=2))
+    with FakeServer(flavor="sglang") as server:
+        row = run_once(_endpoint(server), "A", _work(reqs), spec)
+    assert sorted((s["input_ids"][0], s["sampling_params"]["max_new_tokens"]) for s in server.seen)\
+        == sorted((int(r.prompt[0]), r.output_len) for r in reqs)  # fmt: skip
+    assert all(s["stream"] and s["sampling_params"]["ignore_eos"] for s in server.seen)
+    assert all(s["sampling_params"]["stream_interval"] == 2 for s in server.seen)
+    assert (row["sent"], row["finished"], row["failed"]) == (9, 7, 2)
+    assert row["failed_by"] == {"http 503": 1, "RemoteProtocolError": 1}
+    assert row["output_tokens"] == sum(r.output_len for i, r in enumerate(reqs) if i not in (1, 4))
+    assert row["prefix_cache_reset"] is True and server.flushes == 1
+    assert row["server_prefix_cache_queries"] == sum(r.prompt_len for r in reqs)
+    assert row["server_prefix_hit_rate"] == 0.5  # device + host cached tokens, summed
+    assert row["server_requests_succeeded"] == 9 and "server_running_max" in row
+
+
+def test_command_api_is_checked_and_recorded(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    with FakeServer(flavor="sglang") as server:
+        args = [server.url, "--model", "tiny-llama", "-w", "no-sharing", "--limit", "2"]
+        code, _, err = _replay(*args, "--api", "chat", "--json", str(out))
+        assert code == 2 and "--api 'chat'" in err and not server.seen and not out.exists()
+        code, stdout, _ = _replay(*args, "--api", "generate", "--json", str(out))
+    assert code == 0, stdout
+    record = json.loads(out.read_text())
+    assert record["config"]["api"] == "generate"
+    assert record["rows"][0]["finished"] == 2 and len(server.seen) == 2

@@ -82,3 +82,18 @@ def test_a_request_vllm_rejects_is_a_failed_entry_and_the_run_goes_on(servers) -
     assert (row["finished"], row["failed"]) == (3, 1)
     assert row["failed_by"] == {"http 400": 1}
     assert row["server_requests_succeeded"] == 3
+
+
+def test_stream_interval_on_vllm_batches_tokens_and_keeps_every_one(servers) -> None:
+    """vLLM's per-request `stream_interval`: 17 tokens come in at most 3 chunks (the first,
+    every 8th, the last), every token counted by the client and the request by the server."""
+    import asyncio
+
+    from feather_sched.replay.client import ClientOptions, run_schedule
+
+    endpoint = preflight(servers[0])
+    reqs = [Request(f"si{i}", np.arange(4, 40) + i, 17) for i in range(4)]
+    outcomes: list = []
+    asyncio.run(run_schedule(endpoint, reqs, ClientOptions(stream_interval=8), outcomes))
+    assert [(o.ok, o.tokens) for o in outcomes] == [(True, 17)] * 4
+    assert all(1 <= len(o.chunk_s) <= 3 for o in outcomes)

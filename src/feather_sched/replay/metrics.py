@@ -3,11 +3,12 @@ with `--enable-metrics`): counters scraped before and after the run, their diffe
 reported, and the queue gauges sampled during it. A server without the endpoint, or without
 some of the metrics, gives fewer fields, never an error.
 
-vLLM 0.32's names (vllm/v1/metrics/loggers.py; prometheus_client adds `_total` to
-counters): prefix-cache queries and hits (tokens), preemptions, requests finished, requests
-running and waiting.
-SGLang's (`sglang:` prefix) differ and are not mapped here: its rows carry the client's
-measurements only.
+Each field reads vLLM 0.32's metric (vllm/v1/metrics/loggers.py; prometheus_client adds
+`_total` to counters) or, where that is absent, SGLang 0.5's (`sglang:` prefix,
+srt/observability/metrics_collector.py): prefix-cache queries and hits in tokens (SGLang:
+prompt tokens, and cached prompt tokens summed over its cache sources), preemptions (SGLang:
+retracted requests), requests finished (SGLang: requests processed), requests running and
+waiting (SGLang: running and queued).
 """
 
 from __future__ import annotations
@@ -18,17 +19,22 @@ import statistics
 import httpx
 
 COUNTERS = {
-    "prefix_cache_queries": "vllm:prefix_cache_queries_total",
-    "prefix_cache_hits": "vllm:prefix_cache_hits_total",
-    "preemptions": "vllm:num_preemptions_total",
-    "requests_succeeded": "vllm:request_success_total",
+    "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "sglang:prompt_tokens_total"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "sglang:cached_tokens_total"),
+    "preemptions": ("vllm:num_preemptions_total", "sglang:num_retracted_requests_total"),
+    "requests_succeeded": ("vllm:request_success_total", "sglang:num_requests_total"),
 }
-"""Row field -> the counter whose increase over the run it is."""
+"""Row field -> the counters (vLLM's, SGLang's) whose increase over the run it is."""
 GAUGES = {
-    "running": "vllm:num_requests_running",
-    "waiting": "vllm:num_requests_waiting",
+    "running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
+    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
 }
-"""Row field stem -> the gauge sampled during the run (`<stem>_mean`, `<stem>_max`)."""
+"""Row field stem -> the gauges sampled during the run (`<stem>_mean`, `<stem>_max`)."""
+
+
+def _first(found: dict[str, float], names: tuple[str, ...]) -> str | None:
+    """The first of `names` the server exposes."""
+    return next((n for n in names if n in found), None)
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -66,7 +72,8 @@ async def sample_gauges(
     while True:
         found = await scrape(client, url)
         if found is not None:
-            into.append({k: found[m] for k, m in GAUGES.items() if m in found})
+            names = {k: _first(found, ms) for k, ms in GAUGES.items()}
+            into.append({k: found[m] for k, m in names.items() if m is not None})
         await asyncio.sleep(interval_s)
 
 
@@ -79,8 +86,9 @@ def metric_fields(
     over the run (hits / queries, in tokens), the gauges' mean and max while it ran."""
     out: dict[str, float] = {}
     if before is not None and after is not None:
-        for key, name in COUNTERS.items():
-            if name in before and name in after:
+        for key, names in COUNTERS.items():
+            name = _first(after, names)
+            if name is not None and name in before:
                 out[f"server_{key}"] = after[name] - before[name]
         queries = out.get("server_prefix_cache_queries")
         if queries:

@@ -45,7 +45,7 @@ def replay_config(
     keys = (
         "model", "vocab_size", "seed", "arrival", "rate_scale", "rates", "limit",
         "drop_overlong", "slo_ttft", "slo_tpot", "max_concurrency", "request_timeout",
-        "repeats", "scenario", "reset_prefix_cache",
+        "repeats", "scenario", "reset_prefix_cache", "stream_interval", "api",
     )  # fmt: skip
     servers = [
         {"label": lb, "url": e.url, "served_model": e.model, "max_model_len": e.max_model_len}
@@ -55,5 +55,5 @@ def replay_config(
         "engine": "replay",
         "workloads": [w.strip() for item in opts["workload"] or [] for w in item.split(",")],
         "servers": servers,
-        **{k: opts[k] for k in keys},
+        **{k: opts.get(k) for k in keys},
     }

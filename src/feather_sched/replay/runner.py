@@ -4,12 +4,15 @@ order alternates between repeats, so a slow spell of a shared machine or a warmi
 does not land on one side), then medians per (workload, server).
 
 Before each run the server's prefix cache is emptied where it allows it (vLLM's
-`POST /reset_prefix_cache`, served with VLLM_SERVER_DEV_MODE=1), so every run starts cold as
-the in-process bench's do; the row says whether it was (`prefix_cache_reset`)."""
+`POST /reset_prefix_cache`, served with VLLM_SERVER_DEV_MODE=1; SGLang's `POST /flush_cache`),
+so every run starts cold as the in-process bench's do; the row says whether it was
+(`prefix_cache_reset`). The row also carries the client's own CPU seconds over the run
+(`client_cpu_s`: this process's, the HTTP client and the metrics sampler)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,12 +45,19 @@ class Interrupted(Exception):
         self.runs = runs
 
 
+RESETS = ("/reset_prefix_cache", "/flush_cache")
+"""vLLM's prefix-cache reset, then SGLang's (tried when the first is not served)."""
+
+
 async def _reset(client: httpx.AsyncClient, url: str) -> bool:
-    try:
-        resp = await client.post(url + "/reset_prefix_cache", timeout=30.0)
-    except httpx.HTTPError:
-        return False
-    return resp.status_code == 200
+    for path in RESETS:
+        try:
+            resp = await client.post(url + path, timeout=30.0)
+        except httpx.HTTPError:
+            return False
+        if resp.status_code != 404:
+            return resp.status_code == 200
+    return False
 
 
 async def _run(
@@ -75,12 +85,14 @@ def run_once(
     """One workload against one server: its row. Ctrl-C raises Interrupted with the row of
     what finished (marked `interrupted`)."""
     outcomes: list[Outcome] = []
+    cpu0 = time.process_time()
     try:
         server = asyncio.run(_run(endpoint, work, spec, outcomes))
     except KeyboardInterrupt:
         row = run_row(work.name, label, outcomes, spec.slo)
         raise Interrupted([{**row, "interrupted": True}]) from None
     row = run_row(work.name, label, outcomes, spec.slo)
+    row["client_cpu_s"] = round(time.process_time() - cpu0, 3)
     if "server_preemptions" in server:
         row["preemptions"] = server["server_preemptions"]
     return {**row, **server, "dropped_overlong": work.dropped, "url": endpoint.url}
