@@ -43,6 +43,10 @@ def vllm_bench_cmd(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write the record to this JSON file.")
     ] = None,
+    profile: Annotated[
+        Path | None,
+        typer.Option(help="Then one cProfile'd Feather run per size, written to this folder."),
+    ] = None,
 ) -> None:
     """CPU of vLLM's schedule() with its own scheduler vs Feather's (needs the 'vllm' extra),
     at long waiting queues: Feather's part measured directly and as the difference."""
@@ -65,7 +69,13 @@ def vllm_bench_cmd(
         fail(err)
     if importlib.util.find_spec("vllm") is None:
         fail(RuntimeError("vllm-bench needs vLLM: pip install -e '.[vllm]' (see pyproject.toml)"))
-    rows = run_vllm_pass(spec, on_progress=lambda label: err_console.print(f"[dim]{label}[/dim]"))
+    if profile is not None and profile.exists() and not profile.is_dir():
+        fail(ValueError(f"--profile {profile} exists and is not a folder"))
+    rows = run_vllm_pass(
+        spec,
+        on_progress=lambda label: err_console.print(f"[dim]{label}[/dim]"),
+        profile_dir=profile,
+    )
     console.print(_table(rows))
     if json_out is not None:
         write_record(

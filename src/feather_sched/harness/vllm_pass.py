@@ -30,6 +30,8 @@ CHT) are empty afterwards, so the next run starts clean.
 
 from __future__ import annotations
 
+import cProfile
+import pstats
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -146,9 +148,11 @@ class PassProbe:
     into `feather_s`, split by the outer call they ran in). Instance attributes shadow the
     class's methods; `close()` removes them."""
 
-    def __init__(self, sched) -> None:
+    def __init__(self, sched, profiler: cProfile.Profile | None = None) -> None:
         self.sched = sched
         self.on = False
+        self.profiler = profiler
+        """Enabled inside the timed calls only (timings then carry its overhead)."""
         self.schedule_s: list[float] = []
         self.feather_in_schedule_s: list[float] = []
         self.update_s: list[float] = []
@@ -185,7 +189,7 @@ class PassProbe:
         def make(fn: Callable) -> Callable:
             def timed(*args, **kwargs):
                 f0, t0 = self.feather_s, time.thread_time()
-                out = fn(*args, **kwargs)
+                out = self._call(fn, args, kwargs)
                 t = time.thread_time() - t0
                 if self.on:
                     cpu.append(t)
@@ -199,7 +203,7 @@ class PassProbe:
     def _arrival(self, fn: Callable) -> Callable:
         def timed(*args, **kwargs):
             f0, t0 = self.feather_s, time.thread_time()
-            out = fn(*args, **kwargs)
+            out = self._call(fn, args, kwargs)
             if self.on:
                 self.add_s += time.thread_time() - t0
                 self.feather_in_add_s += self.feather_s - f0
@@ -207,6 +211,15 @@ class PassProbe:
             return out
 
         return timed
+
+    def _call(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
+        if self.profiler is None or not self.on:
+            return fn(*args, **kwargs)
+        self.profiler.enable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.profiler.disable()
 
     def _hook(self, name: str) -> Callable[[Callable], Callable]:
         def make(fn: Callable) -> Callable:
@@ -290,8 +303,16 @@ def account(
     }
 
 
-def run_once(llm, spec: VllmPassSpec, n: int, vocab: int, label: str) -> dict[str, Any]:
-    """One timed run of one engine at `n` waiting: per-step medians and the accounting."""
+def run_once(
+    llm,
+    spec: VllmPassSpec,
+    n: int,
+    vocab: int,
+    label: str,
+    profiler: cProfile.Profile | None = None,
+) -> dict[str, Any]:
+    """One timed run of one engine at `n` waiting: per-step medians and the accounting
+    (with `profiler`, profiled inside the scheduler's timed calls)."""
     from feather_sched.policies.registry import make_policy
 
     sched = scheduler_of(llm)
@@ -299,7 +320,7 @@ def run_once(llm, spec: VllmPassSpec, n: int, vocab: int, label: str) -> dict[st
     if feather is not None:
         feather.policy = make_policy(spec.policy)  # a fresh policy per run
     llm.reset_prefix_cache()
-    probe = PassProbe(sched)
+    probe = PassProbe(sched, profiler)
     try:
         books = serve(llm, spec, n, RequestStream(spec, vocab, f"{label}-"), probe)
     finally:
@@ -377,8 +398,10 @@ def run_vllm_pass(
     spec: VllmPassSpec,
     on_progress: Callable[[str], None] | None = None,
     cache: Path | None = None,
+    profile_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Every (repeat, size, engine) interleaved; one result row per size."""
+    """Every (repeat, size, engine) interleaved; one result row per size. With
+    `profile_dir`, then one profiled Feather run per size (`profile_feather`)."""
     spec.validate()
     engines, vocab = open_engines(spec, cache)
     tick = on_progress or (lambda _label: None)
@@ -389,7 +412,24 @@ def run_vllm_pass(
                 label = f"{name}/n{n}/r{rep}"
                 tick(label)
                 runs.setdefault((n, name), []).append(run_once(llm, spec, n, vocab, label))
+    if profile_dir is not None:
+        for n in spec.sizes:
+            profile_feather(engines["feather"], spec, n, vocab, profile_dir)
     return [size_row(n, runs[(n, "vllm")], runs[(n, "feather")]) for n in spec.sizes]
+
+
+def profile_feather(llm, spec: VllmPassSpec, n: int, vocab: int, out: Path) -> Path:
+    """One more Feather run at `n` waiting under cProfile (inside `schedule`,
+    `update_from_output` and `add_request` only): `vllm-pass-n{n}.prof` (pstats) and
+    `vllm-pass-n{n}.txt`, the functions by own time. Not part of the timed rows."""
+    out.mkdir(parents=True, exist_ok=True)
+    profiler = cProfile.Profile()
+    run_once(llm, spec, n, vocab, f"profile/n{n}", profiler)
+    path = out / f"vllm-pass-n{n}.prof"
+    profiler.dump_stats(path)
+    with (out / f"vllm-pass-n{n}.txt").open("w") as text:
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(60)
+    return path
 
 
 def size_row(n: int, vllm: list[dict], feather: list[dict]) -> dict[str, Any]:
