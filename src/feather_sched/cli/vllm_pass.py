@@ -36,6 +36,9 @@ def vllm_bench_cmd(
     warmup: Annotated[int, typer.Option(min=0, help="Engine steps before timing.")] = 8,
     policy: Annotated[str, typer.Option(help="Feather's policy (FEATHER_POLICY).")] = "feather",
     kv_blocks: Annotated[int, typer.Option(min=1, help="KV blocks of 32 tokens.")] = 1024,
+    max_num_seqs: Annotated[int, typer.Option(min=1, help="vLLM's running requests at most.")] = (
+        256
+    ),
     max_num_batched_tokens: Annotated[
         int, typer.Option(min=1, help="vLLM's token budget per step.")
     ] = 4096,
@@ -60,6 +63,7 @@ def vllm_bench_cmd(
         warmup=warmup,
         policy=policy,
         kv_blocks=kv_blocks,
+        max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         seed=seed,
     )
