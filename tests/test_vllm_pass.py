@@ -60,6 +60,7 @@ def test_record_structure(rows: list[dict]) -> None:
     assert {"has_next", "pop", "begin_schedule", "end_schedule"} <= set(
         row["feather_hooks_us_per_step"]
     )
+    assert row["feather_policy_us"] >= 0 and row["feather_host_us"] > 0
     assert row["feather_resyncs"] == 0 and row["feather_policy_errors"] == 0
     assert row["vllm_add_request_us"] > 0 and row["feather_in_add_request_us"] > 0
 

@@ -34,7 +34,7 @@ import cProfile
 import pstats
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,20 +155,28 @@ class PassProbe:
         """Enabled inside the timed calls only (timings then carry its overhead)."""
         self.schedule_s: list[float] = []
         self.feather_in_schedule_s: list[float] = []
+        self.policy_in_schedule_s: list[float] = []
         self.update_s: list[float] = []
         self.feather_in_update_s: list[float] = []
         self.add_s = 0.0
         self.feather_in_add_s = 0.0
         self.adds = 0
         self.feather_s = 0.0
+        self.policy_s = 0.0
+        """Of `feather_s`, the seconds inside the policy's own methods (`watch_policy`)."""
         self.hook_calls = 0
         self.hook_s: dict[str, float] = {}
         """Seconds in each Feather hook over the timed steps (arrivals included)."""
         self._depth = 0
+        self._policy_depth = 0
         self._patched: list[tuple[Any, str]] = []
-        self._wrap(sched, "schedule", self._outer(self.schedule_s, self.feather_in_schedule_s))
+        self._wrap(
+            sched,
+            "schedule",
+            self._outer(self.schedule_s, self.feather_in_schedule_s, self.policy_in_schedule_s),
+        )
         self._wrap(sched, "update_from_output",
-                   self._outer(self.update_s, self.feather_in_update_s))  # fmt: skip
+                   self._outer(self.update_s, self.feather_in_update_s, []))  # fmt: skip
         self._wrap(sched, "add_request", self._arrival)
         controller = getattr(sched, "feather", None)
         if controller is not None:
@@ -185,15 +193,54 @@ class PassProbe:
             delattr(obj, name)
         self._patched.clear()
 
-    def _outer(self, cpu: list[float], feather: list[float]) -> Callable[[Callable], Callable]:
+    def watch_policy(self, policy: Any) -> None:
+        """Time the policy's own methods too (they run inside the hooks): what of Feather's
+        part is the policy's decisions, and what the host's bookkeeping."""
+        for name in ("follows_queue_order", "begin_step", "accept", "end_step"):
+            self._wrap(policy, name, self._policy_call)
+        self._wrap(policy, "candidates", self._policy_candidates)
+
+    def _in_policy(self, fn: Callable, *args, **kwargs) -> Any:
+        """fn(*args, **kwargs), its time added to `policy_s` unless a policy method called
+        it (a policy calling its own methods is counted once)."""
+        self._policy_depth += 1
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._policy_depth -= 1
+            if self._policy_depth == 0:
+                self.policy_s += time.perf_counter() - t0
+
+    def _policy_call(self, fn: Callable) -> Callable:
+        return lambda *args, **kwargs: self._in_policy(fn, *args, **kwargs)
+
+    def _policy_candidates(self, fn: Callable) -> Callable:
+        return lambda *args, **kwargs: self._timed_iter(
+            self._in_policy(lambda: iter(fn(*args, **kwargs)))
+        )
+
+    def _timed_iter(self, it: Iterator[str]) -> Iterator[str]:
+        try:
+            while (item := self._in_policy(next, it, None)) is not None:
+                yield item
+        finally:  # the host closes the candidates: close the policy's generator with them
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+    def _outer(
+        self, cpu: list[float], feather: list[float], policy: list[float]
+    ) -> Callable[[Callable], Callable]:
         def make(fn: Callable) -> Callable:
             def timed(*args, **kwargs):
-                f0, t0 = self.feather_s, time.thread_time()
+                f0, p0, t0 = self.feather_s, self.policy_s, time.thread_time()
                 out = self._call(fn, args, kwargs)
                 t = time.thread_time() - t0
                 if self.on:
                     cpu.append(t)
                     feather.append(self.feather_s - f0)
+                    policy.append(self.policy_s - p0)
                 return out
 
             return timed
@@ -321,6 +368,8 @@ def run_once(
         feather.policy = make_policy(spec.policy)  # a fresh policy per run
     llm.reset_prefix_cache()
     probe = PassProbe(sched, profiler)
+    if feather is not None:
+        probe.watch_policy(feather.policy)
     try:
         books = serve(llm, spec, n, RequestStream(spec, vocab, f"{label}-"), probe)
     finally:
@@ -337,6 +386,10 @@ def run_once(
         row |= {
             "feather_part_us": _median_us(probe.feather_in_schedule_s),
             "feather_part_mean_us": statistics.fmean(probe.feather_in_schedule_s) * 1e6,
+            "feather_policy_us": _median_us(probe.policy_in_schedule_s),
+            "feather_host_us": _median_us(
+                [f - p for f, p in zip(probe.feather_in_schedule_s, probe.policy_in_schedule_s)]
+            ),
             "vllm_part_us": _median_us(
                 [t - f for t, f in zip(probe.schedule_s, probe.feather_in_schedule_s)]
             ),
