@@ -1,5 +1,6 @@
 """`feather vllm-bench`: the CPU of one vLLM `schedule()` with vLLM's own scheduler and with
-Feather's, at long waiting queues (harness/vllm_pass.py)."""
+Feather's, at long waiting queues (harness/vllm_pass.py). The options only this command takes
+are declared here; the shared ones come from `options`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from rich.table import Table
 
 from feather_sched.bench.machine import write_record
 from feather_sched.cli.common import app, console, err_console, fail, int_list, writable
+from feather_sched.cli.options import MaxBatchedTokens, Seed
 
 _TABLE = (
     ("waiting", "n_waiting", "{:,}"),
@@ -39,10 +41,8 @@ def vllm_bench_cmd(
     max_num_seqs: Annotated[int, typer.Option(min=1, help="vLLM's running requests at most.")] = (
         256
     ),
-    max_num_batched_tokens: Annotated[
-        int, typer.Option(min=1, help="vLLM's token budget per step.")
-    ] = 4096,
-    seed: Annotated[int, typer.Option()] = 0,
+    max_num_batched_tokens: MaxBatchedTokens = 4096,
+    seed: Seed = 0,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write the record to this JSON file.")
     ] = None,
