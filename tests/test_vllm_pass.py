@@ -21,7 +21,9 @@ require("vllm", "vllm", "needs the real vLLM engine: pip install -e '.[vllm]' (s
 from feather_sched.harness.vllm_pass import HOOKS, VllmPassSpec, run_vllm_pass  # noqa: E402
 
 N = 50
-SPEC = VllmPassSpec(sizes=(N,), repeats=2, steps=3, warmup=1, kv_blocks=256, groups=4)
+SPEC = VllmPassSpec(
+    sizes=(N,), repeats=2, steps=4, warmup=1, kv_blocks=256, groups=4, output_len=2
+)  # 2 output tokens: requests finish within the run's 5 steps
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def test_every_request_is_accounted_for(rows: list[dict]) -> None:
             assert run["added"] == run["finished"] + left, (engine, run)
             # the queue was held at N: what is left waiting at the end is N
             assert run["aborted_waiting"] == N and run["added"] >= N
-            # short outputs over 4 steps: some finished, which is what topped the queue up
+            # short outputs over 5 steps: some finished, which is what topped the queue up
             assert (
                 run["finished"] > 0
                 and run["added"] == N + run["finished"] + (run["aborted_running"])
