@@ -18,7 +18,9 @@ its admission controller vLLM reaches (`begin/end_schedule`, the waiting queue's
 microsecond hooks; the hooks run on this thread without sleeping). So "Feather's added CPU"
 is read two ways: `feather_part_us`, its own code inside `schedule()`, and the difference of
 the two engines' `schedule()` medians (which also carries vLLM's own work changing with the
-order Feather admits in).
+order Feather admits in). Feather's part is split further: the policy's own methods
+(`begin_step`, `candidates`, `accept`, `follows_queue_order`, `end_step`: its decisions, KV
+gate, cost prior) and the host's (the rest: the adapter and the CHT's bookkeeping).
 
 Each run: `warmup` steps (running batch fills), then `steps` timed steps; per run the
 median over its steps; per queue length the median (and min, max) over `repeats` runs,
