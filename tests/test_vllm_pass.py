@@ -54,6 +54,9 @@ def test_record_structure(rows: list[dict]) -> None:
         assert row[key] > 0 and row[f"{key}_min"] <= row[key] <= row[f"{key}_max"]
     assert row["feather_part_us"] < row["feather_schedule_us"]
     assert row["feather_part_vs_vllm"] == row["feather_part_us"] / row["vllm_schedule_us"]
+    assert row["feather_part_mean_vs_vllm"] == (
+        row["feather_part_mean_us"] / row["vllm_schedule_mean_us"]
+    )
     assert row["feather_added_us"] == row["feather_schedule_us"] - row["vllm_schedule_us"]
     assert set(row["feather_hooks_us_per_step"]) <= {*HOOKS, "_prefill_tokens"}
     assert {"has_next", "pop", "begin_schedule", "end_schedule"} <= set(

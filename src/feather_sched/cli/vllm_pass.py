@@ -23,6 +23,7 @@ _TABLE = (
     ("Feather schedule() us", "feather_schedule_us", "{:.0f}"),
     ("Feather's part us", "feather_part_us", "{:.0f}"),
     ("part / vLLM's", "feather_part_vs_vllm", "{:.1%}"),
+    ("means: part / vLLM's", "feather_part_mean_vs_vllm", "{:.1%}"),
     ("added / vLLM's", "feather_added_vs_vllm", "{:.1%}"),
     ("arrival us (vLLM / Feather's part)", None, None),
 )
@@ -94,7 +95,7 @@ def vllm_bench_cmd(
 
 
 def _table(rows: list[dict]) -> Table:
-    table = Table(title="vLLM schedule(): process CPU, medians over runs")
+    table = Table(title="vLLM schedule(): thread CPU per call, medians over runs")
     for title, _, _ in _TABLE:
         table.add_column(title, justify="right")
     for row in rows:

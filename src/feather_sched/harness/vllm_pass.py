@@ -505,5 +505,8 @@ def size_row(n: int, vllm: list[dict], feather: list[dict]) -> dict[str, Any]:
     row["feather_added_us"] = row["feather_schedule_us"] - own
     row["feather_part_vs_vllm"] = row["feather_part_us"] / own
     row["feather_added_vs_vllm"] = row["feather_added_us"] / own
+    # means: CPU per call over all steps (a step that admits nothing costs Feather ~nothing,
+    # so where most steps admit nothing the median step hides the admitting ones)
+    row["feather_part_mean_vs_vllm"] = row["feather_part_mean_us"] / row["vllm_schedule_mean_us"]
     row["runs"] = {"vllm": vllm, "feather": feather}
     return row
