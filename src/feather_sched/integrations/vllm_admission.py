@@ -198,7 +198,8 @@ class AdmissionController(Hosted):
 
 
 class FeatherRequestQueue(RequestQueue):
-    """vLLM's waiting queue, wrapped: same storage and order, policy-driven admission."""
+    """vLLM's waiting queue, wrapped: same order, policy-driven admission (vLLM's FCFS deque
+    moved into an `OrderedRequestQueue`, so the policy's pick leaves it in O(1))."""
 
     def __init__(self, inner: RequestQueue, controller: AdmissionController) -> None:
         if type(inner) is FCFSRequestQueue:
