@@ -96,7 +96,9 @@ class VllmPassSpec:
             )
         if not self.sizes:
             raise ValueError("--sizes names no queue length")
-        for name in ("repeats", "steps", "groups", "output_len", "kv_blocks", "block_size"):
+        positive = ("repeats", "steps", "groups", "output_len", "kv_blocks", "block_size",
+                    "max_num_seqs", "max_num_batched_tokens")  # fmt: skip
+        for name in positive:
             if getattr(self, name) < 1:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(f"{flag} must be >= 1, got {getattr(self, name)}")
@@ -104,15 +106,15 @@ class VllmPassSpec:
             raise ValueError(
                 f"--warmup must be >= 0 and --sizes >= 1, got {self.warmup}, {list(self.sizes)}"
             )
-        longest = PROMPT_RANGE[1] + QUESTION_RANGE[1] + self.output_len
-        if self.kv_blocks * self.block_size < longest:
+        if self.kv_blocks * self.block_size < self.max_model_len:
             raise ValueError(
                 f"--kv-blocks {self.kv_blocks} x {self.block_size} tokens cannot hold one "
-                f"request of up to {longest} tokens"
+                f"request of up to {self.max_model_len} tokens"
             )
 
     @property
     def max_model_len(self) -> int:
+        """The longest request: the longest system prompt and question, and its output."""
         return PROMPT_RANGE[1] + QUESTION_RANGE[1] + self.output_len
 
 
