@@ -6,9 +6,9 @@ then reports: a table on the console and, for benchmarks, a JSON record
 a message on stderr, as the option parser's own errors do.
 
 One module per command (`records`, `bench`, `calibrate`, `index_bench`, `train`, `trace`,
-`replay`) over `common` (the app, its consoles, the failure rule, parsing helpers) and
-`options` (every option, declared once); importing this package registers them all, in the
-order `feather --help` lists them.
+`replay`, `vllm_pass`) over `common` (the app, its consoles, the failure rule, parsing
+helpers) and `options` (every option, declared once); importing this package registers them
+all, in the order `feather --help` lists them.
 """
 
 # The registration order is the order `feather --help` lists the commands in.
@@ -20,6 +20,7 @@ from feather_sched.cli import index_bench  # noqa: F401
 from feather_sched.cli import train  # noqa: F401
 from feather_sched.cli import trace  # noqa: F401
 from feather_sched.cli import replay  # noqa: F401
+from feather_sched.cli import vllm_pass  # noqa: F401
 
 # isort: on
 from feather_sched.cli.common import app

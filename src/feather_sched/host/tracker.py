@@ -313,7 +313,13 @@ class RequestTracker:
         req = meta.engine_request
         tokens = self.fields.prompt(req)
         hashes = self.fields.block_hashes(req)
-        if hashes is not None and len(hashes) >= len(tokens) // self.block_size:
+        n_full = len(tokens) // self.block_size
+        if hashes is not None and len(hashes) >= n_full:
+            if meta.block_digests is None and self.fields.request is None:
+                # An engine's hashes: convert only the sampled ones (the chain's), not every
+                # block's; the full digests are made if and when a policy asks for them.
+                sampled = sample_chain(hashes[:n_full], self.chunk_blocks)
+                return [hash_to_int(h) for h in sampled]
             full = self.block_digests(self.fields.request_id(req))
         else:
             full = None

@@ -1,0 +1,111 @@
+"""`feather vllm-bench`: the CPU of one vLLM `schedule()` with vLLM's own scheduler and with
+Feather's, at long waiting queues (harness/vllm_pass.py). The options only this command takes
+are declared here; the shared ones come from `options`."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from feather_sched.bench.machine import write_record
+from feather_sched.cli.common import app, console, err_console, fail, int_list, writable
+from feather_sched.cli.options import MaxBatchedTokens, Seed
+
+_TABLE = (
+    ("waiting", "n_waiting", "{:,}"),
+    ("vLLM schedule() us", "vllm_schedule_us", "{:.0f}"),
+    ("Feather schedule() us", "feather_schedule_us", "{:.0f}"),
+    ("Feather's part us", "feather_part_us", "{:.0f}"),
+    ("part / vLLM's", "feather_part_vs_vllm", "{:.1%}"),
+    ("means: part / vLLM's", "feather_part_mean_vs_vllm", "{:.1%}"),
+    ("added / vLLM's", "feather_added_vs_vllm", "{:.1%}"),
+    ("arrival us (vLLM / Feather's part)", None, None),
+)
+
+
+@app.command("vllm-bench")
+def vllm_bench_cmd(
+    sizes: Annotated[str, typer.Option(help="Waiting-queue lengths, held for each run.")] = (
+        "1000,10000"
+    ),
+    repeats: Annotated[int, typer.Option(min=1, help="Interleaved runs per size.")] = 5,
+    steps: Annotated[int, typer.Option(min=1, help="Timed engine steps per run.")] = 40,
+    warmup: Annotated[int, typer.Option(min=0, help="Engine steps before timing.")] = 8,
+    policy: Annotated[str, typer.Option(help="Feather's policy (FEATHER_POLICY).")] = "feather",
+    kv_blocks: Annotated[int, typer.Option(min=1, help="KV blocks of 32 tokens.")] = 1024,
+    max_num_seqs: Annotated[int, typer.Option(min=1, help="vLLM's running requests at most.")] = (
+        256
+    ),
+    max_num_batched_tokens: MaxBatchedTokens = 4096,
+    seed: Seed = 0,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write the record to this JSON file.")
+    ] = None,
+    profile: Annotated[
+        Path | None,
+        typer.Option(help="Then one cProfile'd Feather run per size, written to this folder."),
+    ] = None,
+) -> None:
+    """CPU of vLLM's schedule() with its own scheduler vs Feather's (needs the 'vllm' extra),
+    at long waiting queues: Feather's part measured directly and as the difference."""
+    from feather_sched.harness.vllm_pass import VllmPassSpec, run_vllm_pass
+
+    writable(json=json_out)
+    spec = VllmPassSpec(
+        sizes=tuple(int_list(sizes, "--sizes")),
+        repeats=repeats,
+        steps=steps,
+        warmup=warmup,
+        policy=policy,
+        kv_blocks=kv_blocks,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        seed=seed,
+    )
+    try:
+        spec.validate()
+    except ValueError as err:
+        fail(err)
+    if importlib.util.find_spec("vllm") is None:
+        fail(RuntimeError("vllm-bench needs vLLM: pip install -e '.[vllm]' (see pyproject.toml)"))
+    if profile is not None and profile.exists() and not profile.is_dir():
+        fail(ValueError(f"--profile {profile} exists and is not a folder"))
+    rows = run_vllm_pass(
+        spec,
+        on_progress=lambda label: err_console.print(f"[dim]{label}[/dim]"),
+        profile_dir=profile,
+    )
+    console.print(_table(rows))
+    if json_out is not None:
+        write_record(
+            json_out,
+            benchmark="vllm schedule() CPU",
+            command="feather vllm-bench " + " ".join(sys.argv[2:]),
+            vllm=_vllm_version(),
+            spec=dataclasses.asdict(spec),
+            results=rows,
+        )
+        console.print(f"wrote {json_out}")
+
+
+def _table(rows: list[dict]) -> Table:
+    table = Table(title="vLLM schedule(): thread CPU per call, medians over runs")
+    for title, _, _ in _TABLE:
+        table.add_column(title, justify="right")
+    for row in rows:
+        cells = [fmt.format(row[key]) for _, key, fmt in _TABLE if key is not None]
+        arrival = f"{row['vllm_add_request_us']:.0f} / {row['feather_in_add_request_us']:.0f}"
+        table.add_row(*cells, arrival)
+    return table
+
+
+def _vllm_version() -> str:
+    import vllm
+
+    return vllm.__version__
