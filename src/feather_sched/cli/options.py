@@ -242,6 +242,23 @@ ReplayApi = Annotated[
     ),
 ]
 
+# ---- `feather vllm-bench`
+
+PassSizes = Annotated[str, typer.Option(help="Waiting-queue lengths, held for each run.")]
+PassRepeats = Annotated[int, typer.Option(min=1, help="Interleaved runs per size.")]
+PassSteps = Annotated[int, typer.Option(min=1, help="Timed engine steps per run.")]
+PassWarmup = Annotated[int, typer.Option(min=0, help="Engine steps before timing.")]
+PassPolicy = Annotated[str, typer.Option(help="Feather's policy (FEATHER_POLICY).")]
+PassKvBlocks = Annotated[int, typer.Option(min=1, help="KV blocks of 32 tokens.")]
+PassMaxNumSeqs = Annotated[int, typer.Option(min=1, help="vLLM's running requests at most.")]
+OptionalJsonOut = Annotated[
+    Path | None, typer.Option("--json", help="Write the record to this JSON file.")
+]
+PassProfile = Annotated[
+    Path | None,
+    typer.Option(help="Then one cProfile'd Feather run per size, written to this folder."),
+]
+
 # ---- `feather calibrate`
 
 CalibrateModel = Annotated[

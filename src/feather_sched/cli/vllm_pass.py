@@ -1,6 +1,5 @@
 """`feather vllm-bench`: the CPU of one vLLM `schedule()` with vLLM's own scheduler and with
-Feather's, at long waiting queues (harness/vllm_pass.py). The options only this command takes
-are declared here; the shared ones come from `options`."""
+Feather's, at long waiting queues (harness/vllm_pass.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +7,25 @@ import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Any
 
-import typer
 from rich.table import Table
 
 from feather_sched.bench.machine import write_record
 from feather_sched.cli.common import app, console, err_console, fail, int_list, writable
-from feather_sched.cli.options import MaxBatchedTokens, Seed
+from feather_sched.cli.options import (
+    MaxBatchedTokens,
+    OptionalJsonOut,
+    PassKvBlocks,
+    PassMaxNumSeqs,
+    PassPolicy,
+    PassProfile,
+    PassRepeats,
+    PassSizes,
+    PassSteps,
+    PassWarmup,
+    Seed,
+)
 
 _TABLE = (
     ("waiting", "n_waiting", "{:,}"),
@@ -29,45 +39,40 @@ _TABLE = (
 )
 
 
+PASSED_ON = (
+    "repeats",
+    "steps",
+    "warmup",
+    "policy",
+    "kv_blocks",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "seed",
+)
+"""Options the spec takes under their own names."""
+
+
 @app.command("vllm-bench")
 def vllm_bench_cmd(
-    sizes: Annotated[str, typer.Option(help="Waiting-queue lengths, held for each run.")] = (
-        "1000,10000"
-    ),
-    repeats: Annotated[int, typer.Option(min=1, help="Interleaved runs per size.")] = 5,
-    steps: Annotated[int, typer.Option(min=1, help="Timed engine steps per run.")] = 40,
-    warmup: Annotated[int, typer.Option(min=0, help="Engine steps before timing.")] = 8,
-    policy: Annotated[str, typer.Option(help="Feather's policy (FEATHER_POLICY).")] = "feather",
-    kv_blocks: Annotated[int, typer.Option(min=1, help="KV blocks of 32 tokens.")] = 1024,
-    max_num_seqs: Annotated[int, typer.Option(min=1, help="vLLM's running requests at most.")] = (
-        256
-    ),
+    sizes: PassSizes = "1000,10000",
+    repeats: PassRepeats = 5,
+    steps: PassSteps = 40,
+    warmup: PassWarmup = 8,
+    policy: PassPolicy = "feather",
+    kv_blocks: PassKvBlocks = 1024,
+    max_num_seqs: PassMaxNumSeqs = 256,
     max_num_batched_tokens: MaxBatchedTokens = 4096,
     seed: Seed = 0,
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write the record to this JSON file.")
-    ] = None,
-    profile: Annotated[
-        Path | None,
-        typer.Option(help="Then one cProfile'd Feather run per size, written to this folder."),
-    ] = None,
+    json_out: OptionalJsonOut = None,
+    profile: PassProfile = None,
 ) -> None:
     """CPU of vLLM's schedule() with its own scheduler vs Feather's (needs the 'vllm' extra),
     at long waiting queues: Feather's part measured directly and as the difference."""
     from feather_sched.harness.vllm_pass import VllmPassSpec, run_vllm_pass
 
+    opts = dict(locals())
     writable(json=json_out)
-    spec = VllmPassSpec(
-        sizes=tuple(int_list(sizes, "--sizes")),
-        repeats=repeats,
-        steps=steps,
-        warmup=warmup,
-        policy=policy,
-        kv_blocks=kv_blocks,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        seed=seed,
-    )
+    spec = VllmPassSpec(sizes=tuple(int_list(sizes, "--sizes")), **{k: opts[k] for k in PASSED_ON})
     try:
         spec.validate()
     except ValueError as err:
@@ -83,15 +88,19 @@ def vllm_bench_cmd(
     )
     console.print(_table(rows))
     if json_out is not None:
-        write_record(
-            json_out,
-            benchmark="vllm schedule() CPU",
-            command="feather vllm-bench " + " ".join(sys.argv[2:]),
-            vllm=_vllm_version(),
-            spec=dataclasses.asdict(spec),
-            results=rows,
-        )
-        console.print(f"wrote {json_out}")
+        _write(json_out, spec, rows)
+
+
+def _write(json_out: Path, spec: Any, rows: list[dict]) -> None:
+    write_record(
+        json_out,
+        benchmark="vllm schedule() CPU",
+        command="feather vllm-bench " + " ".join(sys.argv[2:]),
+        vllm=_vllm_version(),
+        spec=dataclasses.asdict(spec),
+        results=rows,
+    )
+    console.print(f"wrote {json_out}")
 
 
 def _table(rows: list[dict]) -> Table:

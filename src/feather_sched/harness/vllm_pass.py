@@ -171,8 +171,7 @@ class PassProbe:
         self.hook_calls = 0
         self.hook_s: dict[str, float] = {}
         """Seconds in each Feather hook over the timed steps (arrivals included)."""
-        self._depth = 0
-        self._policy_depth = 0
+        self._hook_clock, self._policy_clock = _Outermost(), _Outermost()
         self._patched: list[tuple[Any, str]] = []
         self._wrap(
             sched,
@@ -207,14 +206,10 @@ class PassProbe:
     def _in_policy(self, fn: Callable, *args, **kwargs) -> Any:
         """fn(*args, **kwargs), its time added to `policy_s` unless a policy method called
         it (a policy calling its own methods is counted once)."""
-        self._policy_depth += 1
-        t0 = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            self._policy_depth -= 1
-            if self._policy_depth == 0:
-                self.policy_s += time.perf_counter() - t0
+        return self._policy_clock.run(fn, args, kwargs, self._policy_done)
+
+    def _policy_done(self, seconds: float) -> None:
+        self.policy_s += seconds
 
     def _policy_call(self, fn: Callable) -> Callable:
         return lambda *args, **kwargs: self._in_policy(fn, *args, **kwargs)
@@ -273,24 +268,34 @@ class PassProbe:
             self.profiler.disable()
 
     def _hook(self, name: str) -> Callable[[Callable], Callable]:
-        def make(fn: Callable) -> Callable:
-            def timed(*args, **kwargs):
-                self._depth += 1
-                t0 = time.perf_counter()
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    self._depth -= 1
-                    if self._depth == 0:  # a hook inside a hook is counted once, by the outer
-                        t = time.perf_counter() - t0
-                        self.feather_s += t
-                        if self.on:
-                            self.hook_s[name] = self.hook_s.get(name, 0.0) + t
-                            self.hook_calls += 1
+        def done(seconds: float) -> None:  # a hook inside a hook is counted by the outer
+            self.feather_s += seconds
+            if self.on:
+                self.hook_s[name] = self.hook_s.get(name, 0.0) + seconds
+                self.hook_calls += 1
 
-            return timed
+        def make(fn: Callable) -> Callable:
+            return lambda *args, **kwargs: self._hook_clock.run(fn, args, kwargs, done)
 
         return make
+
+
+class _Outermost:
+    """Wall seconds of wrapped calls, a call made inside another wrapped call counted once,
+    by the outermost (a hook calling a hook, a policy method calling its own)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+    def run(self, fn: Callable, args: tuple, kwargs: dict, done: Callable[[float], None]) -> Any:
+        self.depth += 1
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.depth -= 1
+            if self.depth == 0:
+                done(time.perf_counter() - t0)
 
 
 def serve(llm, spec: VllmPassSpec, n: int, stream: RequestStream, probe: PassProbe) -> dict:
