@@ -209,3 +209,15 @@ def test_public_api() -> None:
     row = result.summary(SLO(ttft_s=100.0))
     assert row["requests"] == 20 and row["slo_met"] == 20 and row["goodput_req_s"] > 0
     assert make_workload("long-prefix").num_prefixes == 5  # the bench's long-prefix
+
+
+def test_one_slo_rule_for_the_simulator_and_the_replay():
+    """`SLO.within` is the rule both goodputs count by: an unknown TTFT (no token seen)
+    fails a TTFT bound, an unknown TPOT (a one-token output) meets any bound."""
+    from feather_sched.sim.result import SLO
+
+    slo = SLO(ttft_s=1.0, tpot_s=0.1)
+    assert slo.within(0.5, 0.05) and slo.within(1.0, None)
+    assert not slo.within(None, 0.05) and not slo.within(1.5, 0.05)
+    assert not slo.within(0.5, 0.2)
+    assert SLO().within(None, None)

@@ -72,12 +72,8 @@ def _goodput(done: Sequence[Outcome], slo: SLO, span: float) -> float:
     good = 0
     for o in done:
         ttft = o.chunk_s[0] - o.sent_s if o.chunk_s and o.sent_s is not None else None
-        tpot = (o.chunk_s[-1] - o.chunk_s[0]) / (o.tokens - 1) if o.tokens > 1 else 0.0
-        if slo.ttft_s is not None and (ttft is None or ttft > slo.ttft_s):
-            continue
-        if slo.tpot_s is not None and tpot > slo.tpot_s:
-            continue
-        good += 1
+        tpot = (o.chunk_s[-1] - o.chunk_s[0]) / (o.tokens - 1) if o.tokens > 1 else None
+        good += slo.within(ttft, tpot)
     return round(good / span, 4) if span > 0 else 0.0
 
 

@@ -66,9 +66,13 @@ class SLO:
     tpot_s: float | None = None
 
     def met(self, r: RequestRecord) -> bool:
-        if self.ttft_s is not None and r.ttft > self.ttft_s:
+        return self.within(r.ttft, r.tpot)
+
+    def within(self, ttft: float | None, tpot: float | None) -> bool:
+        """Whether a request's TTFT and TPOT (seconds) meet the bounds. An unknown TTFT (no
+        token seen) fails a TTFT bound; an unknown TPOT (one output token) meets any."""
+        if self.ttft_s is not None and (ttft is None or ttft > self.ttft_s):
             return False
-        tpot = r.tpot
         return self.tpot_s is None or tpot is None or tpot <= self.tpot_s
 
 
