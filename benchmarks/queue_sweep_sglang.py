@@ -16,7 +16,8 @@ policy of a size once before the next repeat). The JSON record is rewritten afte
 (--resume continues one), so a long sweep keeps what finished.
 
 Usage: python benchmarks/queue_sweep_sglang.py [--sizes 128,1000] [--policies ...]
-           [--repeats 1] [--lock FILE] [--resume] [--json ...] [--plot ...] [--sim ...]
+           [--repeats 1] [--lock FILE] [--hold cell|size] [--resume]
+           [--json ...] [--plot ...] [--sim ...]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import re
 import statistics
 import sys
 import time
@@ -205,6 +207,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--lock", default=None, help="a file to flock around each cell")
+    ap.add_argument("--hold", choices=("cell", "size"), default="cell", help="lock per ...")
+    ap.add_argument("--table", action="store_true", help="print --json as markdown, run nothing")
     ap.add_argument("--resume", action="store_true", help="keep the cells of --json")
     ap.add_argument("--json", default="benchmarks/queue-sweep-sglang.json")
     ap.add_argument("--plot", default="benchmarks/queue-sweep-sglang.png")
@@ -220,21 +224,47 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def table(path: str) -> None:
+    """The record's rows and order comparison as markdown (for the note)."""
+    record = json.loads(Path(path).read_text())
+    print("| waiting | policy | tok/s | x fcfs | x best | TTFT p50 / p99 s | sched CPU % "
+          "| off-step % | pick CPU % | sched CPU ms/step | step ms | runs (spread) |")  # fmt: skip
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in record["rows"]:
+        print(
+            f"| {r['waiting']:,} | {r['policy']} | {r['output_tok_s']:,.0f} | {r['vs_fcfs']:.3f} "
+            f"| {r['vs_best']:.3f} | {r['ttft_p50_s']:.1f} / {r['ttft_p99_s']:.1f} "
+            f"| {100 * r['sched_cpu_share']:.1f} | {100 * r['sched_wall_share']:.1f} "
+            f"| {100 * r['pick_cpu_share']:.1f} | {r['sched_cpu_ms_per_step']:.1f} "
+            f"| {r['step_ms']:.1f} | {r['repeats']} ({100 * r['spread']:.1f}%) |"
+        )
+    print("\n| waiting | SGLang loop, fastest first | simulator (sync), fastest first |")
+    print("|---:|---|---|")
+    for c in record["order_vs_simulator"]:
+        sim = [f"{p} {c['sim_vs_fcfs'][p]:.3f}" for p in c["sim_order"]]
+        print(f"| {c['waiting']:,} | {' > '.join(c['loop_order'])} | {' > '.join(sim)} |")
+
+
 def main() -> None:
     args = parse()
+    if args.table:
+        table(args.json)
+        return
     cells = json.loads(Path(args.json).read_text())["cells"] if args.resume else []
     commands = [*(json.loads(Path(args.json).read_text())["commands"] if args.resume else [])]
     commands.append(" ".join(["python benchmarks/queue_sweep_sglang.py", *sys.argv[1:]]))
+    per_size = args.hold == "size"
     for rep in range(args.repeats):
         for n in (int(s) for s in args.sizes.split(",")):
-            for policy in args.policies.split(","):
-                t0 = time.perf_counter()
-                with held(args.lock):
-                    cell = run_cell(n, policy, rep)
-                cell["cell_wall_s"] = round(time.perf_counter() - t0, 1)
-                cells.append(cell)
-                print(json.dumps({k: cell.get(k) for k in ("waiting", "policy", *MEDIAN_OF)}))
-                save(args, commands, cells)
+            with held(args.lock if per_size else None):
+                for policy in args.policies.split(","):
+                    t0 = time.perf_counter()
+                    with held(None if per_size else args.lock):
+                        cell = run_cell(n, policy, rep)
+                    cell["cell_wall_s"] = round(time.perf_counter() - t0, 1)
+                    cells.append(cell)
+                    print(json.dumps({k: cell.get(k) for k in ("waiting", "policy", *MEDIAN_OF)}))
+                    save(args, commands, cells)
 
 
 def save(args: argparse.Namespace, commands: list[str], cells: list[dict]) -> None:
@@ -242,7 +272,7 @@ def save(args: argparse.Namespace, commands: list[str], cells: list[dict]) -> No
     cost = StepCostModel(HARDWARE, MODEL)
     write_record(
         args.json,
-        commands=commands,
+        commands=[re.sub(r" --lock \S+", "", c) for c in commands],  # no host's path
         hardware=HARDWARE,
         hardware_provenance=cost.hardware.provenance_note,
         model=MODEL,
