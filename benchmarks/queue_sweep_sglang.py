@@ -231,12 +231,14 @@ def table(path: str) -> None:
           "| off-step % | pick CPU % | sched CPU ms/step | step ms | runs (spread) |")  # fmt: skip
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in record["rows"]:
+        vs_fcfs = "-" if r["vs_fcfs"] is None else f"{r['vs_fcfs']:.3f}"
+        spread = f"{100 * r['spread']:.1f}%" if r["repeats"] > 1 else "n/a"
         print(
-            f"| {r['waiting']:,} | {r['policy']} | {r['output_tok_s']:,.0f} | {r['vs_fcfs']:.3f} "
+            f"| {r['waiting']:,} | {r['policy']} | {r['output_tok_s']:,.0f} | {vs_fcfs} "
             f"| {r['vs_best']:.3f} | {r['ttft_p50_s']:.1f} / {r['ttft_p99_s']:.1f} "
             f"| {100 * r['sched_cpu_share']:.1f} | {100 * r['sched_wall_share']:.1f} "
             f"| {100 * r['pick_cpu_share']:.1f} | {r['sched_cpu_ms_per_step']:.1f} "
-            f"| {r['step_ms']:.1f} | {r['repeats']} ({100 * r['spread']:.1f}%) |"
+            f"| {r['step_ms']:.1f} | {r['repeats']} ({spread}) |"
         )
     print("\n| waiting | SGLang loop, fastest first | simulator (sync), fastest first |")
     print("|---:|---|---|")
