@@ -122,6 +122,8 @@ def served(state_path):
             extra: dict = {"overlap": True} if name.endswith("-overlap") else {}
             if name == "feather":
                 extra = {"policy_state": str(state_path), "state_every_s": 0.5}
+            if name == "off":  # its forward sleeps the H200 profile's step: the clock's test
+                extra = {"step_cost": ("h200", "llama-3.1-8b")}
             _reports[name] = serve(loop_spec(POLICIES[name], **extra))
         return _reports[name]
 
@@ -175,6 +177,20 @@ def test_feather_ran_inside_the_loop_and_cht_is_empty(served, name):
 
 def test_off_leaves_sglang_alone(served):
     assert served("off")["feather"] is None
+
+
+def test_stand_in_step_takes_its_priced_time_and_cpu_is_split(served):
+    """Pricing a batch is inside its step: the stand-in sleeps the rest, so the two together
+    take at least the profile's time; and the loop thread's CPU clock holds the disjoint parts
+    the counters split off it (the stand-in's, the pricing's, batch picking)."""
+    for run in served("off")["runs"]:
+        loop = run["loop"]
+        assert loop["priced_s"] > 0 and loop["pricing_s"] > 0
+        assert loop["stand_in_s"] + loop["pricing_s"] >= 0.99 * loop["priced_s"]
+        parts = loop["stand_in_cpu_s"] + loop["pricing_cpu_s"] + loop["pick_cpu_s"]
+        assert 0 < parts <= loop["loop_cpu_s"]
+    unpriced = served("grouped")["runs"][0]["loop"]
+    assert unpriced["priced_s"] == 0 and unpriced["pricing_s"] == 0
 
 
 def test_raising_policy_lets_sglang_carry_on(served):

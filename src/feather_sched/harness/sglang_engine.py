@@ -19,8 +19,10 @@ no weights. Its forward returns logits that make the next token a deterministic 
 the last token and its position (never EOS), and, when a step-cost profile is given, sleeps
 for the time the calibrated CPU cost model (`cost/`) gives that batch: its real shape
 (prefill tokens, attention pairs, and the KV slots every sequence reads, read from SGLang's
-`req_to_token` table, so radix-cache sharing is measured, not assumed). Everything else in a
-step's time (batch building, radix matching, the plugin) is real CPU time.
+`req_to_token` table, so radix-cache sharing is measured, not assumed). Pricing a batch is
+part of its step (the forward sleeps that much less); everything else in a step's time
+(batch building, radix matching, the plugin) is real CPU time, and the loop's counters split
+the scheduler thread's CPU clock into the stand-in's, the pricing's and the rest.
 
 One `Scheduler` per process (SGLang builds its parallel groups once per process:
 `init_parallel_runtime() ran twice in this process`), so each `serve()` runs in a fresh
@@ -54,6 +56,11 @@ FIRST_TOKEN = 4
 """Generated ids are >= 4 (0-3: pad, bos, eos, unk), so a request never stops early."""
 _FORWARD_S = [0.0]
 """Seconds spent inside the stand-in forward in this process (its sleeps included)."""
+_FORWARD_CPU_S = [0.0]
+"""CPU seconds of the scheduler thread inside the stand-in forward (its logits, not SGLang's)."""
+_PRICING_S = [0.0, 0.0]
+"""Wall and CPU seconds the harness spent pricing batches (`_step_cost`): part of the step
+the profile gives, so the forward sleeps that much less, and none of SGLang's own time."""
 _PENDING_COST = [0.0]
 """The calibrated cost of the batch SGLang is about to run (set by `_LoopProbe`, from the
 `ScheduleBatch`, which holds what a `ForwardBatch` does not: the req_to_token pool)."""
@@ -303,7 +310,7 @@ def _standin_class(spec: ServeSpec) -> type:
 
         @torch.no_grad()
         def forward(self, input_ids, positions, forward_batch, *args, **kwargs):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             if forward_batch.forward_mode.is_extend():
                 last = torch.cumsum(forward_batch.extend_seq_lens, 0) - 1
                 ids, pos = input_ids[last], positions[last]
@@ -317,6 +324,7 @@ def _standin_class(spec: ServeSpec) -> type:
             if wait > 0:
                 time.sleep(wait)
             _FORWARD_S[0] += time.perf_counter() - t0
+            _FORWARD_CPU_S[0] += time.thread_time() - c0
             return LogitsProcessorOutput(next_token_logits=logits)
 
         def load_weights(self, weights) -> None:
@@ -390,8 +398,10 @@ class _LoopProbe:
         self.extend_steps = 0
         self.retracted: Counter[str] = Counter()
         self.admitted: Counter[str] = Counter()
-        self.pick_s = 0.0
+        self.pick_s = self.pick_cpu_s = 0.0
         self.max_running = 0
+        self._loop_clock = time.pthread_getcpuclockid(threading.get_ident())
+        """The CPU clock of the thread that builds the probe: the one that runs the loop."""
         self._seen_running: set[str] = set()
         self.cost_of = _step_cost(spec)
         self.costs_s = 0.0
@@ -413,16 +423,22 @@ class _LoopProbe:
                         self._seen_running.add(r.rid)
                         self.admitted[r.rid] += 1
             if self.cost_of is not None:
-                _PENDING_COST[0] = cost = self.cost_of(batch)
+                t0, c0 = time.perf_counter(), time.thread_time()
+                cost = self.cost_of(batch)
                 self.costs_s += cost
+                priced = time.perf_counter() - t0
+                _PRICING_S[0] += priced
+                _PRICING_S[1] += time.thread_time() - c0
+                _PENDING_COST[0] = cost - priced  # pricing is inside the step, not added
             return run_batch(batch, *args, **kwargs)
 
         def on_pick(*args, **kwargs):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 return pick(*args, **kwargs)
             finally:
                 self.pick_s += time.perf_counter() - t0
+                self.pick_cpu_s += time.thread_time() - c0
 
         def on_requeue(req, is_retracted: bool = False, *args, **kwargs):
             if is_retracted:
@@ -442,7 +458,13 @@ class _LoopProbe:
             "prefill_tokens": self.prefill_tokens,
             "pick_s": self.pick_s,
             "retractions": self.retracted.total(),
+            "pick_cpu_s": self.pick_cpu_s,
             "stand_in_s": _FORWARD_S[0],
+            "stand_in_cpu_s": _FORWARD_CPU_S[0],
+            "priced_s": self.costs_s,
+            "pricing_s": _PRICING_S[0],
+            "pricing_cpu_s": _PRICING_S[1],
+            "loop_cpu_s": time.clock_gettime(self._loop_clock),
         }
 
     def summary(self) -> dict[str, Any]:
