@@ -108,13 +108,18 @@ def schedule_fields(opts: dict[str, Any]) -> dict[str, Any]:
     """The `BenchSpec` fields of a workload's schedule and SLO (`--arrival`, `--rate-scale`,
     `--limit`, `--rates`, `--slo-ttft`, `--slo-tpot`), taken the same way by every command
     that builds workloads (`feather bench`, `feather replay`)."""
-    from feather_sched.sim.result import SLO
-
     rates = opts["rates"]
     return {
         "arrival": opts["arrival"],
         "rate_scale": opts["rate_scale"],
         "limit": opts["limit"],
-        "slo": SLO(opts["slo_ttft"], opts["slo_tpot"]),
+        "slo": slo_of(opts),
         "rates": None if rates is None else float_list(rates, "--rates"),
     }
+
+
+def slo_of(opts: dict[str, Any]) -> Any:
+    """The `SLO` of `--slo-ttft` and `--slo-tpot`."""
+    from feather_sched.sim.result import SLO
+
+    return SLO(opts["slo_ttft"], opts["slo_tpot"])

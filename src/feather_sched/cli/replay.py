@@ -16,6 +16,7 @@ from feather_sched.cli.common import (
     fail,
     names,
     schedule_fields,
+    slo_of,
     writable,
 )
 from feather_sched.cli.options import (
@@ -140,7 +141,6 @@ def _run(opts: dict[str, Any], labels: tuple[str, ...], endpoints: list, workloa
     after Ctrl-C, with the runs that finished)."""
     from feather_sched.replay.client import ClientOptions
     from feather_sched.replay.runner import Interrupted, ReplaySpec, run_ab
-    from feather_sched.sim.result import SLO
 
     spec = ReplaySpec(
         labels=labels,
@@ -148,7 +148,7 @@ def _run(opts: dict[str, Any], labels: tuple[str, ...], endpoints: list, workloa
         client=ClientOptions(
             opts["max_concurrency"], opts["request_timeout"], opts["stream_interval"], opts["api"]
         ),
-        slo=SLO(opts["slo_ttft"], opts["slo_tpot"]),
+        slo=slo_of(opts),
         reset_prefix_cache=opts["reset_prefix_cache"],
     )
     if opts["scenario"]:
