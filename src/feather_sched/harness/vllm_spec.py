@@ -20,7 +20,7 @@ BASELINE = "vllm"
 BLOCK_SIZE = 32
 """Tokens per KV block in the harness's engines: the real-engine bench (vLLM, SGLang's loop),
 `feather vllm-bench` and the replay's `vllm serve` (vLLM's CPU attention needs a multiple of
-32). One value with the two below, so a replayed server runs the in-process bench's setup."""
+32); with the two below, the setup all three start from."""
 MAX_NUM_SEQS = 256
 """Running requests at most in the harness's engines."""
 MAX_NUM_BATCHED_TOKENS = 4096
