@@ -30,8 +30,8 @@ WAIT_AVERAGE_WEIGHT = 1 / 64
 MAX_WAIT_S = 60.0
 """Default `max_wait_s`: the wait no request is over-age before, whatever the load."""
 STARVATION_SHARE = 0.25
-"""Default `share`: over-age requests take at most a quarter of admissions (Feather's
-results do not move at half or double it: benchmarks/feather.md, "The constants, measured")."""
+"""Default `share`: over-age requests take at most a quarter of admissions (the simulator
+suite does not move at half or double it: benchmarks/feather.md, "The constants, measured")."""
 WAIT_FACTOR = 1.0
 """Default `wait_factor`: over-age also means older than the mean recent wait times this
 (benchmarks/overload.md: what it changed on the Mooncake trace)."""
