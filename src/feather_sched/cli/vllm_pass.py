@@ -26,6 +26,7 @@ from feather_sched.cli.options import (
     PassWarmup,
     Seed,
 )
+from feather_sched.harness.vllm_spec import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 
 _TABLE = (
     ("waiting", "n_waiting", "{:,}"),
@@ -60,8 +61,8 @@ def vllm_bench_cmd(
     warmup: PassWarmup = 8,
     policy: PassPolicy = "feather",
     kv_blocks: PassKvBlocks = 1024,
-    max_num_seqs: PassMaxNumSeqs = 256,
-    max_num_batched_tokens: MaxBatchedTokens = 4096,
+    max_num_seqs: PassMaxNumSeqs = MAX_NUM_SEQS,
+    max_num_batched_tokens: MaxBatchedTokens = MAX_NUM_BATCHED_TOKENS,
     seed: Seed = 0,
     json_out: OptionalJsonOut = None,
     profile: PassProfile = None,

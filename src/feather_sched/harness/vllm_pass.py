@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from feather_sched.harness.vllm_spec import BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 from feather_sched.integrations.vllm_local import scheduler_of
 
 PROMPT_RANGE = (256, 1536)
@@ -80,10 +81,9 @@ class VllmPassSpec:
     """Distinct system prompts."""
     output_len: int = 8
     kv_blocks: int = 1024
-    block_size: int = 32
-    """vLLM's CPU attention needs a multiple of 32."""
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 4096
+    block_size: int = BLOCK_SIZE
+    max_num_seqs: int = MAX_NUM_SEQS
+    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
     seed: int = 0
 
     def validate(self) -> None:

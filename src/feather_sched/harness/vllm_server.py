@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from feather_sched.harness.vllm_spec import BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 from feather_sched.integrations.vllm_local import CPU_THREAD_DEFAULTS
 
 FEATHER_SCHEDULER = "feather_sched.integrations.vllm.FeatherScheduler"
@@ -36,11 +37,11 @@ class ServerSpec:
     feather: bool = False
     """Feather's scheduler (its policy from FEATHER_POLICY, default `feather`)."""
     max_model_len: int = 1024
-    block_size: int = 32
+    block_size: int = BLOCK_SIZE
     num_gpu_blocks: int | None = None
     """KV cache blocks (`--num-gpu-blocks-override`); None: vLLM sizes it."""
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 4096
+    max_num_seqs: int = MAX_NUM_SEQS
+    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
     dtype: str = "float32"
     memory_fraction: float = 0.2
     """`--gpu-memory-utilization`: on CPU, the share of RAM vLLM requires free at start

@@ -17,6 +17,14 @@ from feather_sched.workloads.presets import PRESETS
 
 BASELINE = "vllm"
 """Row name of vLLM's own scheduler (FCFS), the baseline of `vs_fcfs`."""
+BLOCK_SIZE = 32
+"""Tokens per KV block in the harness's engines: the real-engine bench (vLLM, SGLang's loop),
+`feather vllm-bench` and the replay's `vllm serve` (vLLM's CPU attention needs a multiple of
+32); with the two below, the setup all three start from."""
+MAX_NUM_SEQS = 256
+"""Running requests at most in the harness's engines."""
+MAX_NUM_BATCHED_TOKENS = 4096
+"""Tokens scheduled per step at most in the harness's engines."""
 
 
 @dataclass(frozen=True)
@@ -82,11 +90,11 @@ class EngineBenchSpec:
     an HF model directory; None is tiny-llama."""
     scenarios: Sequence[KvScenario] | None = None
     """None: the model scale's KV scenarios."""
-    block_size: int = 32
+    block_size: int = BLOCK_SIZE
     """Tokens per KV block (SGLang: the KV pool is num_blocks x block_size tokens)."""
-    max_num_seqs: int = 256
+    max_num_seqs: int = MAX_NUM_SEQS
     """Running requests at most (SGLang: `max_running_requests`)."""
-    max_num_batched_tokens: int = 4096
+    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
     """Tokens scheduled per step at most (SGLang: its prefill chunk and prefill budget)."""
     repeats: int = 3
     """Interleaved runs of every configuration; the rows are their medians."""

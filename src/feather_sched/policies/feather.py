@@ -67,7 +67,12 @@ from feather_sched.policies.grouped import grouped_candidates
 from feather_sched.policies.hold import MAX_HOLD_STEPS, HoldBound
 from feather_sched.policies.kv_gate import KvGate
 from feather_sched.policies.order import GroupingJudge
-from feather_sched.policies.starvation import StarvationGuard
+from feather_sched.policies.starvation import (
+    MAX_WAIT_S,
+    STARVATION_SHARE,
+    WAIT_FACTOR,
+    StarvationGuard,
+)
 
 _STATE_VERSION = 4
 PRIOR_CACHE_SIZE = 4096
@@ -110,9 +115,9 @@ class FeatherPolicy(Policy):
         confidence: float = 1.0,
         initial_budget: float = 1.0,
         horizon: int = 4,
-        max_wait_s: float = 60.0,
-        starvation_share: float = 0.25,
-        wait_factor: float = 1.0,
+        max_wait_s: float = MAX_WAIT_S,
+        starvation_share: float = STARVATION_SHARE,
+        wait_factor: float = WAIT_FACTOR,
         learn: bool = True,
         policy_state: str | Path | None = None,
         cost: StepCostModel | None = None,

@@ -23,6 +23,7 @@ import numpy as np
 
 from feather_sched.policies.numpy_mlp import NumpyMLP
 from feather_sched.policies.observation import FEATURES, DelegatedFeather
+from feather_sched.policies.starvation import MAX_WAIT_S
 
 __all__ = ["DEFAULT_WEIGHTS", "WEIGHTS_ENV", "FeatherPPOPolicy", "default_weights_path"]
 
@@ -42,7 +43,7 @@ def default_weights_path() -> Path:
 class FeatherPPOPolicy(DelegatedFeather):
     name = "feather-ppo"
 
-    def __init__(self, weights: str | Path | None = None, max_wait_s: float = 60.0) -> None:
+    def __init__(self, weights: str | Path | None = None, max_wait_s: float = MAX_WAIT_S) -> None:
         super().__init__(max_wait_s=max_wait_s)
         self.net = NumpyMLP.load(weights or default_weights_path(), expect_features=FEATURES)
         if self.net.out_dim != 2:

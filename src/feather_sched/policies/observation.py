@@ -26,6 +26,7 @@ from feather_sched.policies.base import SchedulerView, is_decode_step
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.features import DecisionState
 from feather_sched.policies.hold import MAX_HOLD_STEPS
+from feather_sched.policies.starvation import MAX_WAIT_S
 
 __all__ = [
     "ADD",
@@ -110,7 +111,7 @@ class DelegatedFeather(FeatherPolicy):
     """
 
     def __init__(
-        self, max_wait_s: float = 60.0, max_hold_steps: int | None = MAX_HOLD_STEPS
+        self, max_wait_s: float = MAX_WAIT_S, max_hold_steps: int | None = MAX_HOLD_STEPS
     ) -> None:
         super().__init__(max_wait_s=max_wait_s, learn=False, max_hold_steps=max_hold_steps)
         self._view: SchedulerView | None = None

@@ -27,12 +27,25 @@ from feather_sched.policies.base import SchedulerView
 
 WAIT_AVERAGE_WEIGHT = 1 / 64
 """Weight of each admission's wait in the running mean (about the last 64 admissions)."""
+MAX_WAIT_S = 60.0
+"""Default `max_wait_s`: the wait no request is over-age before, whatever the load."""
+STARVATION_SHARE = 0.25
+"""Default `share`: over-age requests take at most a quarter of admissions (the simulator
+suite does not move at half or double it: benchmarks/feather.md, "The constants, measured")."""
+WAIT_FACTOR = 1.0
+"""Default `wait_factor`: over-age also means older than the mean recent wait times this
+(benchmarks/overload.md: what it changed on the Mooncake trace)."""
 
 
 class StarvationGuard:
     """Which queue head, if any, a policy must admit first this step (see the module doc)."""
 
-    def __init__(self, max_wait_s: float = 60.0, share: float = 0.25, wait_factor: float = 1.0):
+    def __init__(
+        self,
+        max_wait_s: float = MAX_WAIT_S,
+        share: float = STARVATION_SHARE,
+        wait_factor: float = WAIT_FACTOR,
+    ):
         if max_wait_s <= 0:
             raise ValueError(f"max_wait_s must be > 0, got {max_wait_s}")
         if not 0 < share <= 1:

@@ -59,6 +59,7 @@ from feather_sched.policies.bandit import ADD, STOP
 from feather_sched.policies.base import is_decode_step
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.observation import OBS_DIM, DelegatedFeather
+from feather_sched.policies.starvation import MAX_WAIT_S
 from feather_sched.request import Request
 from feather_sched.rl import TRAIN_HARDWARE, TRAIN_MODEL
 from feather_sched.sim.config import EngineConfig
@@ -172,7 +173,7 @@ class FeatherEnv(gym.Env):
         *,
         cost: StepCostModel | None = None,
         engine: EngineConfig | None = None,
-        max_wait_s: float = 60.0,
+        max_wait_s: float = MAX_WAIT_S,
         max_tries: int = 8,
     ) -> None:
         super().__init__()
