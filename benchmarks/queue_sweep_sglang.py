@@ -99,7 +99,8 @@ def run_cell(n: int, policy: str, rep: int) -> dict:
         plugin_hooked=report["plugin_hooked"],
     )
     if report["feather"] is not None:
-        row["policy_errors"] = report["feather"]["stats"]["policy_errors"]
+        stats = report["feather"]["stats"]
+        row.update({k: stats[k] for k in ("policy_errors", "stops", "deferrals", "decisions")})
     return row
 
 

@@ -15,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from feather_sched.index.cht import RequestState
 from feather_sched.integrations.sglang import settings_from_env
-from feather_sched.integrations.sglang_queue import SGLangQueue
+from feather_sched.integrations.sglang_queue import Offer, SGLangQueue
 from feather_sched.policies.grouped import GroupedPolicy
 
 PREFIX = {g: [1000 * (i + 1) + t for t in range(128)] for i, g in enumerate("ABCD")}
@@ -35,11 +35,15 @@ def interleaved(n: int) -> list[SimpleNamespace]:
 
 def scheduler_loop(queue: SGLangQueue, waiting: list, fits: int) -> list:
     """SGLang's loop shape (scheduler.py `for req in self.waiting_queue`): offer in list order,
-    stop at the first non-admission; the adder here admits `fits` requests."""
+    stop at the first non-admission, go on past a skip; the adder here admits `fits`
+    requests."""
     admitted: list = []
     for r in waiting:
-        if not queue.before_offer(r, nothing_admitted=not admitted):
+        offer = queue.before_offer(r, nothing_admitted=not admitted)
+        if offer is Offer.STOP:
             break
+        if offer is Offer.SKIP:
+            continue
         ok = len(admitted) < fits
         if ok:
             admitted.append(r)
@@ -121,7 +125,7 @@ def test_handover_when_scheduler_skips_the_candidate():
     waiting = interleaved(2)
     q.begin_pass(waiting, [req("A-run", "A")])
     other = waiting[3]
-    assert q.before_offer(other, nothing_admitted=True)  # SGLang skipped A0: its order now
+    assert q.before_offer(other, nothing_admitted=True) is Offer.TRY  # SGLang's order now
     q.after_offer(other, added=True, proceed=True, chunked=False)
     assert q.stats.handovers == 1 and q.index.state(other.rid) is RequestState.RUNNING
 
@@ -203,21 +207,32 @@ def radix_pass(q: SGLangQueue, waiting: list, running: list, cached: set, fits: 
 
 
 def test_members_of_a_prefix_in_flight_wait_one_pass_for_the_cache():
-    """Cold: the first pass takes one request of the first group and ends (its members would
-    each compute the prefix again); the next takes the members, a cache hit each, and then
-    the next group's first request only, and so on: each prefix computed once, every batch
-    one group deeper."""
+    """Cold: the first pass takes A0, then its members would each compute A's prefix again,
+    so they are skipped and the pass goes on in SGLang's list order, taking each other
+    group's first request (the rest skipped alike); the next pass takes all the members, a
+    cache hit each, grouped. Each prefix is computed once and no pass ends with room left."""
     q = SGLangQueue(GroupedPolicy(), chunk_tokens=32, tree_cache=RADIX)
     waiting, running, cached = interleaved(4), [], set()
     passes = []
     while waiting and len(passes) < 16:
         passes.append([r.rid for r in radix_pass(q, waiting, running, cached, fits=100)])
-    assert passes[0] == ["A0"]
-    assert passes[1][:4] == ["A1", "A2", "A3", "B0"] and len(passes[1]) == 4
-    assert len(passes) == 5 and sum(map(len, passes)) == 16
-    assert q.stats.deferrals == 4 and q.stats.stops == 0  # not the policy's STOPs
+    assert passes == [["A0", "B0", "C0", "D0"], [f"{g}{i}" for g in "ABCD" for i in (1, 2, 3)]]
+    assert q.stats.deferrals == 12 and q.stats.stops == 0  # not the policy's STOPs
     q.sync(waiting, running)
     q.check(waiting, running)
+
+
+def test_after_a_deferral_the_policy_still_says_stop():
+    """The requests taken in list order after a deferral are each the policy's ADD or STOP:
+    a cap of 3 holds, and the adder's own limit ends the pass as before."""
+    q = SGLangQueue(GroupedPolicy(max_batch=3), chunk_tokens=32, tree_cache=RADIX)
+    waiting, running, cached = interleaved(4), [], set()
+    batch = radix_pass(q, waiting, running, cached, fits=100)
+    assert [r.rid for r in batch] == ["A0", "B0", "C0"]
+    assert q.stats.stops == 1 and q.stats.deferrals == 1  # A1 skipped; D0 met the cap
+    q2 = SGLangQueue(GroupedPolicy(), chunk_tokens=32, tree_cache=RADIX)
+    waiting, running, cached = interleaved(4), [], set()
+    assert [r.rid for r in radix_pass(q2, waiting, running, cached, fits=2)] == ["A0", "B0"]
 
 
 def test_without_a_radix_cache_nothing_is_deferred():

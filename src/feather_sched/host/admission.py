@@ -52,8 +52,8 @@ class HostStats:
     """Steps handed to the engine's order because the engine walked past the policy's
     candidate (SGLang: a LoRA limit, another list)."""
     deferrals: int = 0
-    """Passes an engine host ended before a candidate whose shared prefix another request of
-    the same pass is about to compute (SGLang: it would compute it again)."""
+    """Requests an engine host left waiting for a pass because another request of the same
+    pass is about to compute their shared prefix (SGLang: they would compute it again)."""
     resyncs: int = 0
     """Times the CHT had drifted from the engine's queues and was rebuilt (should stay 0)."""
     hashed: int = 0

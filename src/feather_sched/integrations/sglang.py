@@ -48,7 +48,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from feather_sched.integrations.sglang_queue import SGLangQueue
+from feather_sched.integrations.sglang_queue import Offer, SGLangQueue
 from feather_sched.integrations.versions import check_engine_version
 from feather_sched.settings import DEFAULT_POLICY, ENV, FeatherSettings
 
@@ -225,8 +225,9 @@ class FeatherAdderMixin:
     def add_one_req(self, req: Any, *args: Any, **kwargs: Any) -> Any:
         queue = self._feather_queue
         can_run = self.can_run_list  # type: ignore[attr-defined]
-        if not queue.before_offer(req, nothing_admitted=not can_run):
-            return self._feather_stop
+        offer = queue.before_offer(req, nothing_admitted=not can_run)
+        if offer is not Offer.TRY:  # SGLang's loop breaks on STOP, goes on after CONTINUE
+            return self._feather_stop if offer is Offer.STOP else self._feather_continue
         result = super().add_one_req(req, *args, **kwargs)  # type: ignore[misc]
         queue.after_offer(
             req,

@@ -29,6 +29,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from operator import attrgetter
 from typing import Any
 
@@ -42,6 +43,19 @@ from feather_sched.request import Request
 from feather_sched.settings import PolicyStateSaver
 
 _rid = attrgetter("rid")
+
+
+class Offer(Enum):
+    """What `SGLangQueue.before_offer` tells the adder to do with the request SGLang offers."""
+
+    TRY = "try"
+    """Let SGLang's adder try it (the adder still decides whether it fits)."""
+    STOP = "stop"
+    """End the pass (the policy's STOP)."""
+    SKIP = "skip"
+    """Leave it waiting this pass and go on with the next (its prefix is in flight)."""
+
+
 UNBOUNDED_SEQS = 1 << 30
 """`max_num_seqs` until the scheduler tells us its `max_running_requests`."""
 
@@ -73,6 +87,9 @@ class _Pass:
     pending: str | None = None
     pos: int = 0
     stopped: bool = False  # the policy said STOP (or has no candidate left)
+    deferring: bool = False
+    """A candidate's prefix was in flight: the rest of the pass walks SGLang's list order,
+    each request asked ADD/STOP, those whose prefix is in flight skipped."""
 
 
 class SGLangQueue(Hosted):
@@ -291,32 +308,52 @@ class SGLangQueue(Hosted):
             self._advance(p, 0)
         self.stats.ordering_s += self.timer() - t0
 
-    def before_offer(self, req: Any, nothing_admitted: bool) -> bool:
-        """The scheduler offers `req` to the adder: True lets SGLang try it, False is STOP."""
+    def before_offer(self, req: Any, nothing_admitted: bool) -> Offer:
+        """The scheduler offers `req` to the adder: try it, STOP the pass, or skip it."""
         t0 = self.timer()
         try:
             p = self._pass
             if p is None or p.step.engine_order:
-                return True
+                return Offer.TRY
             if p.stopped:
                 return self._never_stall(p, req, nothing_admitted)
+            if p.deferring:
+                return self._offer_in_list_order(p, req, nothing_admitted)
             if req.rid != p.pending:
                 # The scheduler skipped our candidate (LoRA limit, pooling mode, storage
                 # prefetch: `continue` before add_one_req) or walks another list: let SGLang
                 # finish this pass in its own order rather than stall.
                 self.stats.handovers += 1
                 p.step.hand_over()
-                return True
+                return Offer.TRY
             if self._prefix_in_flight(req):
-                self.stats.deferrals += 1
-                p.stopped = True  # the rest waits one pass and finds the prefix cached
-                return self._never_stall(p, req, nothing_admitted)
-            if p.step.accept(req.rid):
-                return True
-            p.stopped = True
-            return self._never_stall(p, req, nothing_admitted)
+                p.deferring, p.pending = True, None
+                return self._offer_in_list_order(p, req, nothing_admitted)
+            return self._decide(p, req, nothing_admitted)
         finally:
             self.stats.ordering_s += self.timer() - t0
+
+    def _offer_in_list_order(self, p: _Pass, req: Any, nothing_admitted: bool) -> Offer:
+        """After a deferral: the policy's order would offer the in-flight group's members one
+        after another (its order follows the running batch, which now holds the group), so
+        the rest of the pass takes SGLang's list as it stands (arrival order past Feather's
+        picks) and fills the step's budget with requests that compute nothing twice; each
+        is still the policy's ADD or STOP. A request whose prefix is in flight waits a pass
+        and finds it cached. Mamba state that SGLang matched for it would be freed only on a
+        break (`Scheduler._get_new_batch_prefill_raw`), so such a request ends the pass."""
+        if not self._prefix_in_flight(req):
+            return self._decide(p, req, nothing_admitted)
+        self.stats.deferrals += 1
+        if getattr(getattr(req, "kv", None), "holds_mamba", False):
+            p.stopped = True
+            return self._never_stall(p, req, nothing_admitted)
+        return Offer.SKIP
+
+    def _decide(self, p: _Pass, req: Any, nothing_admitted: bool) -> Offer:
+        if p.step.accept(req.rid):
+            return Offer.TRY
+        p.stopped = True
+        return self._never_stall(p, req, nothing_admitted)
 
     def _prefix_in_flight(self, req: Any) -> bool:
         """Whether `req` shares at least a chunk with a running request that SGLang's radix
@@ -324,13 +361,12 @@ class SGLangQueue(Hosted):
         not run (or one still prefilling chunk by chunk). SGLang inserts a prefix into its
         radix tree once it is computed, so one prefill batch computes a shared prefix once
         per member; vLLM caches a block when it allocates it (`KVCacheManager.allocate_slots`
-        caches up to the tokens the step computes), so its batch shares it. The pass ends
-        before such a request: its group joins the next pass (a step later) and finds the
-        prefix cached, and the batch stays as homogeneous as the policy made it (passing
-        over the group to admit others would mix them in). SGLang's own cache-aware
-        policies defer such requests for the same reason (`SchedulePolicy`'s in-batch prefix
-        caching). Read off `req.prefix_len`, the radix match SGLang made just before
-        offering it (`Req.init_next_round_input`), which never covers a prompt's last
+        caches up to the tokens the step computes), so its batch shares it. The pass skips
+        such a request (`_offer_in_list_order`): it joins the next pass (a step later) and
+        finds the prefix cached. SGLang's own cache-aware policies defer such requests for
+        the same reason (`SchedulePolicy`'s in-batch prefix caching, which moves them to
+        the end of its order). Read off `req.prefix_len`, the radix match SGLang made just
+        before offering it (`Req.init_next_round_input`), which never covers a prompt's last
         token. Measured: benchmarks/sglang-loop.md."""
         cached = getattr(req, "prefix_len", None)
         if cached is None or getattr(self.tree_cache, "disable", True):
@@ -358,12 +394,13 @@ class SGLangQueue(Hosted):
                 p.stopped = True
         self.stats.ordering_s += self.timer() - t0
 
-    def _never_stall(self, p: _Pass, req: Any, nothing_admitted: bool) -> bool:
+    def _never_stall(self, p: _Pass, req: Any, nothing_admitted: bool) -> Offer:
         # As the simulator: a STOP while nothing runs would leave the engine idle forever.
         # SGLang offers its list head after a STOP; the pass decides whether it is admitted.
         if not nothing_admitted:
-            return False
-        return p.step.force_head(self.index.num_running, lambda: req) is not None
+            return Offer.STOP
+        forced = p.step.force_head(self.index.num_running, lambda: req) is not None
+        return Offer.TRY if forced else Offer.STOP
 
     def _advance(self, p: _Pass, slot: int) -> None:
         """Ask the policy for its next candidate and move it into list position `slot`."""
