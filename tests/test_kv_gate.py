@@ -201,3 +201,101 @@ def test_a_request_larger_than_the_kv_pool_is_an_error_or_served(
     assert not too_big, "a request larger than the pool was served"
     finished = sorted((r.request_id, r.output_len) for r in result.records)
     assert finished == sorted((r.request_id, r.output_len) for r in reqs)
+
+
+class _EagerGate(KvGate):
+    """The reference: the gate probing every candidate's cache at once (as it did before it
+    learned to put the probe off)."""
+
+    def fits(self, view, request_id: str) -> bool:
+        if self._free is None and not self._snapshot(view):
+            return True
+        bs = view.block_size
+        req = view.request(request_id)
+        prefill = max(0, -(-req.prompt_len // bs) - view.cached_blocks(request_id))
+        remaining = self._reserve(req.output_len, req.meta.get("firm_output", True))
+        bound = self._bound + prefill + -(-remaining // bs)
+        if bound > self._free and self._peak(prefill, remaining, bs) > self._free:
+            self.refusals += 1
+            return False
+        self._admit(prefill, remaining, bound)
+        return True
+
+
+class _CachingView(_View):
+    """A host whose prefix cache moves as it admits, as vLLM's does: an admitted request's
+    own blocks are cached at once (a later probe of it would read its whole prompt), and
+    other candidates may gain hits. `cached_blocks` of a request admitted this step answers
+    what it found then (the contract the put-off probe relies on)."""
+
+    def cached_blocks(self, rid):
+        self.probes += 1
+        return self.found.get(rid, self.cached_now[rid])
+
+    def admit(self, rid: str) -> None:
+        self.found[rid] = self.cached_now[rid]
+        self.cached_now[rid] = -(-self.requests[rid].prompt_len // self.block_size)
+
+
+candidates = st.lists(
+    st.tuples(
+        st.integers(1, 600),  # prompt tokens
+        st.integers(1, 300),  # output tokens
+        st.booleans(),  # firm output
+        st.integers(0, 40),  # blocks cached when first seen
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    free=st.integers(0, 120),
+    running=st.lists(st.tuples(*[st.integers(0, 200)] * 3, st.booleans()), max_size=6),
+    cands=candidates,
+    gains=st.lists(st.integers(0, 3), min_size=12, max_size=12),
+)
+def test_putting_the_probe_off_changes_no_decision(free, running, cands, gains) -> None:
+    """Candidate by candidate, the gate that probes only when the cheap bound with nothing
+    cached does not fit ADDs and STOPs exactly as the one probing at once, ends the step in
+    the same state once its put-off probes are made, and probes no more often."""
+    bs = 16
+    reqs = {
+        f"r{i}": _request(f"r{i}", prompt, out, firm)
+        for i, (prompt, out, firm, _) in enumerate(cands)
+    }
+
+    def view() -> _CachingView:
+        cached = {f"r{i}": min(c, prompt // bs) for i, (prompt, _, _, c) in enumerate(cands)}
+        return _CachingView(
+            free_kv_blocks=free,
+            num_preemptions=0,
+            block_size=bs,
+            running=running,
+            requests=reqs,
+            cached_now=cached,
+            found={},
+            probes=0,
+        )
+
+    eager_view, lazy_view = view(), view()
+    eager, lazy = _EagerGate(), KvGate()
+    eager.begin_step(eager_view)
+    lazy.begin_step(lazy_view)
+    for i, rid in enumerate(reqs):
+        decision = eager.fits(eager_view, rid)
+        assert lazy.fits(lazy_view, rid) == decision, rid
+        if decision:
+            for v in (eager_view, lazy_view):
+                v.admit(rid)
+                for later in list(reqs)[i + 1 :]:  # its blocks may be others' prefix
+                    v.cached_now[later] += gains[i]
+    assert lazy.refusals == eager.refusals
+    assert lazy_view.probes <= eager_view.probes
+    lazy._probe_deferred(lazy_view)
+    assert (lazy._bound, lazy._prefill, lazy._remaining) == (
+        eager._bound,
+        eager._prefill,
+        eager._remaining,
+    )

@@ -141,6 +141,13 @@ class FeatherScheduler(Scheduler):
             self.feather_state.save(self.feather.policy)
         super().shutdown()
 
+    def _get_local_prefix_cache_hit(self, request, *args: Any, **kwargs: Any):
+        """vLLM's own prefix-cache lookup for a request it is admitting: its hit is what the
+        KV gate's put-off probe of that request reads (one lookup serves both)."""
+        result = super()._get_local_prefix_cache_hit(request, *args, **kwargs)
+        self.feather.on_cache_lookup(request.request_id, result[1])
+        return result
+
     def _free_request(self, request, *args: Any, **kwargs: Any):
         result = super()._free_request(request, *args, **kwargs)
         self.feather.on_finished(request.request_id)
