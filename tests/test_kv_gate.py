@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eager_kv_gate import EagerKvGate
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.kv_gate import CLIP_TOKENS, INIT_RATIO, MIN_RATIO, KvGate
 from feather_sched.policies.registry import make_policy
@@ -203,25 +204,6 @@ def test_a_request_larger_than_the_kv_pool_is_an_error_or_served(
     assert finished == sorted((r.request_id, r.output_len) for r in reqs)
 
 
-class _EagerGate(KvGate):
-    """The reference: the gate probing every candidate's cache at once (as it did before it
-    learned to put the probe off)."""
-
-    def fits(self, view, request_id: str) -> bool:
-        if self._free is None and not self._snapshot(view):
-            return True
-        bs = view.block_size
-        req = view.request(request_id)
-        prefill = max(0, -(-req.prompt_len // bs) - view.cached_blocks(request_id))
-        remaining = self._reserve(req.output_len, req.meta.get("firm_output", True))
-        bound = self._bound + prefill + -(-remaining // bs)
-        if bound > self._free and self._peak(prefill, remaining, bs) > self._free:
-            self.refusals += 1
-            return False
-        self._admit(prefill, remaining, bound)
-        return True
-
-
 class _CachingView(_View):
     """A host whose prefix cache moves as it admits, as vLLM's does: an admitted request's
     own blocks are cached at once (a later probe of it would read its whole prompt), and
@@ -280,7 +262,7 @@ def test_putting_the_probe_off_changes_no_decision(free, running, cands, gains) 
         )
 
     eager_view, lazy_view = view(), view()
-    eager, lazy = _EagerGate(), KvGate()
+    eager, lazy = EagerKvGate(), KvGate()
     eager.begin_step(eager_view)
     lazy.begin_step(lazy_view)
     for i, rid in enumerate(reqs):

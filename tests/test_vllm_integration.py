@@ -324,6 +324,47 @@ def test_kv_gate_admits_only_what_vllm_can_keep(feather_llm, feather, monkeypatc
     assert_index_empty(feather)
 
 
+def test_kv_gate_decides_as_if_it_probed_every_candidate(feather_llm, feather, monkeypatch):
+    """The KV gate puts a candidate's prefix-cache probe off while it fits with nothing
+    cached, and for the exact sum later reads vLLM's own lookup of it (`on_cache_lookup`):
+    vLLM has cached the admitted request's new blocks by then, so probing again would read
+    more. Beside it on the same live views, a gate probing every candidate at once
+    (`EagerKvGate`) ADDs and STOPs every candidate the same, under KV pressure, and both of
+    the gate's paths ran (probes put off, and made later)."""
+    from eager_kv_gate import EagerKvGate
+
+    policy = make_policy("feather")
+    gate, eager = policy.gate, EagerKvGate()
+    begin_step, fits = gate.begin_step, gate.fits
+    decisions: list[tuple[bool, bool]] = []
+    put_off = made_later = 0
+
+    def both_begin(view) -> None:
+        eager.begin_step(view)
+        begin_step(view)
+
+    def both_fit(view, rid: str) -> bool:
+        nonlocal put_off, made_later
+        expected = eager.fits(view, rid)  # probes now, before vLLM looks the request up
+        before = len(gate._deferred)
+        got = fits(view, rid)
+        put_off += len(gate._deferred) > before
+        made_later += before > 0 and not gate._deferred
+        decisions.append((expected, got))
+        return got
+
+    monkeypatch.setattr(gate, "begin_step", both_begin)
+    monkeypatch.setattr(gate, "fits", both_fit)
+    feather.feather.policy = policy
+    prompts, lengths = workload(seed=1)
+    got = generate(feather_llm, prompts, lengths)
+    assert [len(t) for t in got] == lengths
+    assert [e for e, _ in decisions] == [g for _, g in decisions]
+    assert eager.refusals == gate.refusals > 0
+    assert put_off > 0 and made_later > 0, (put_off, made_later)
+    assert_index_empty(feather)
+
+
 def test_policy_sees_scheduler_view(feather_llm, feather) -> None:
     seen: dict[str, object] = {}
 

@@ -27,6 +27,11 @@ clips `max_new_tokens` (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION).
 Holding back costs time to first token: Feather bounds how many steps in a row the gate may
 hold the queue (`policies/hold.py`).
 
+Its cost is per candidate, inside the engine's admission loop, so the gate probes the prefix
+cache (`cached_blocks`, a walk over the prompt's blocks; the engine repeats it when it admits)
+only when the answer could change: while the candidate fits even with nothing cached it is
+ADDed unprobed, and the exact count is read later only if a later candidate needs it.
+
 It needs the host's free blocks and running requests (`SchedulerView.free_kv_blocks`,
 `running_kv`, `num_preemptions`). A host without them gets no gate: SGLang, whose own adder
 already reserves this way.
