@@ -33,7 +33,9 @@ vllm = require(
 
 from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.inputs import TokensPrompt  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 
+from eager_kv_gate import EagerKvGate  # noqa: E402
 from feather_sched.harness.tiny_llama import TINY_LLAMA, build_tiny_llama  # noqa: E402
 from feather_sched.integrations.vllm import (  # noqa: E402
     FeatherAsyncScheduler,
@@ -324,14 +326,23 @@ def test_kv_gate_admits_only_what_vllm_can_keep(feather_llm, feather, monkeypatc
     assert_index_empty(feather)
 
 
-def test_kv_gate_decides_as_if_it_probed_every_candidate(feather_llm, feather, monkeypatch):
+@pytest.mark.parametrize("reported", [True, False], ids=["lookup-reported", "computed-tokens"])
+def test_kv_gate_decides_as_if_it_probed_every_candidate(
+    feather_llm, feather, monkeypatch, reported: bool
+) -> None:
     """The KV gate puts a candidate's prefix-cache probe off while it fits with nothing
-    cached, and for the exact sum later reads vLLM's own lookup of it (`on_cache_lookup`):
-    vLLM has cached the admitted request's new blocks by then, so probing again would read
-    more. Beside it on the same live views, a gate probing every candidate at once
-    (`EagerKvGate`) ADDs and STOPs every candidate the same, under KV pressure, and both of
-    the gate's paths ran (probes put off, and made later)."""
-    from eager_kv_gate import EagerKvGate
+    cached, and for the exact sum later reads vLLM's own lookup of it (`on_cache_lookup`; or,
+    where vLLM does not report it, the admitted request's computed tokens): vLLM has cached
+    the admitted request's new blocks by then, so probing again would read more. Beside it
+    on the same live views, a gate probing every candidate at once (`EagerKvGate`) ADDs and
+    STOPs every candidate the same, under KV pressure, and both of the gate's paths ran
+    (probes put off, and made later)."""
+    if not reported:  # vLLM's own lookup, unreported (as on a release without the method)
+        monkeypatch.setattr(
+            feather,
+            "_get_local_prefix_cache_hit",
+            lambda request: Scheduler._get_local_prefix_cache_hit(feather, request),
+        )
 
     policy = make_policy("feather")
     gate, eager = policy.gate, EagerKvGate()

@@ -54,7 +54,9 @@ class FeatherScheduler(Scheduler):
     `_preempt_request` -> `prepend_request`, aborts via `finish_requests` ->
     `remove_requests`, the admission loop in `schedule`); `_free_request` (every finish and
     abort) drops the request from the CHT; `update_from_output` feeds the step's duration and
-    batch size back to the policy (`Policy.end_step`).
+    batch size back to the policy (`Policy.end_step`); `_get_local_prefix_cache_hit` (vLLM's
+    prefix-cache lookup as it admits) hands its hit to the KV gate's put-off probe (where a
+    release lacks it, the admitted request's computed tokens stand in).
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> FeatherScheduler:

@@ -202,6 +202,9 @@ class AdmissionController(Hosted):
             if req.status == RequestStatus.RUNNING:
                 self.index.running(req, now)
                 self.stats.admitted += 1
+                # Its lookup's hit, if vLLM has no `_get_local_prefix_cache_hit` to report it:
+                # without a KV connector, what admission set its computed tokens to.
+                self.admission_hits.setdefault(req.request_id, req.num_computed_tokens)
             else:
                 self.index.park(req.request_id)
                 if self._armed and req.request_id not in self.admission_hits:
