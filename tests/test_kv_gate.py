@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from eager_kv_gate import EagerKvGate
 from feather_sched.cost.step_model import StepCostModel
-from feather_sched.policies.kv_gate import CLIP_TOKENS, INIT_RATIO, MIN_RATIO, KvGate
+from feather_sched.policies.kv_gate import CLIP_TOKENS, INIT_RATIO, MIN_RATIO, KvGate, _blocks
 from feather_sched.policies.registry import make_policy
 from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
@@ -281,3 +281,24 @@ def test_putting_the_probe_off_changes_no_decision(free, running, cands, gains) 
         eager._prefill,
         eager._remaining,
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    running=st.lists(st.tuples(*[st.integers(0, 3 * CLIP_TOKENS)] * 3, st.booleans()), max_size=12),
+    bs=st.sampled_from([1, 16, 32]),
+    steps=st.integers(0, 700),
+)
+def test_snapshot_sums_each_running_requests_blocks(running, bs, steps) -> None:
+    """The snapshot's inline arithmetic is the helpers': per running request, the blocks its
+    unfinished prefill adds (`_blocks`) and its output reserve (`_reserve`, at the ratio the
+    decay has reached), and their sum in blocks."""
+    view = _View(free_kv_blocks=7, num_preemptions=0, block_size=bs, running=running)
+    gate = KvGate()
+    for _ in range(steps):
+        gate.begin_step(view)
+    assert gate._snapshot(view)
+    prefills = [_blocks(h + p, bs) - _blocks(h, bs) for h, p, _, _ in running]
+    reserves = [gate._reserve(left, firm) for _, _, left, firm in running]
+    assert gate._free == 7 and (gate._prefill, gate._remaining) == (prefills, reserves)
+    assert gate._bound == sum(p + _blocks(r, bs) for p, r in zip(prefills, reserves))
