@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eager_kv_gate import EagerKvGate
 from feather_sched.cost.step_model import StepCostModel
-from feather_sched.policies.kv_gate import CLIP_TOKENS, INIT_RATIO, MIN_RATIO, KvGate
+from feather_sched.policies.kv_gate import CLIP_TOKENS, INIT_RATIO, MIN_RATIO, KvGate, _blocks
 from feather_sched.policies.registry import make_policy
 from feather_sched.request import Request
 from feather_sched.sim.config import EngineConfig
@@ -201,3 +202,103 @@ def test_a_request_larger_than_the_kv_pool_is_an_error_or_served(
     assert not too_big, "a request larger than the pool was served"
     finished = sorted((r.request_id, r.output_len) for r in result.records)
     assert finished == sorted((r.request_id, r.output_len) for r in reqs)
+
+
+class _CachingView(_View):
+    """A host whose prefix cache moves as it admits, as vLLM's does: an admitted request's
+    own blocks are cached at once (a later probe of it would read its whole prompt), and
+    other candidates may gain hits. `cached_blocks` of a request admitted this step answers
+    what it found then (the contract the put-off probe relies on)."""
+
+    def cached_blocks(self, rid):
+        self.probes += 1
+        return self.found.get(rid, self.cached_now[rid])
+
+    def admit(self, rid: str) -> None:
+        self.found[rid] = self.cached_now[rid]
+        self.cached_now[rid] = -(-self.requests[rid].prompt_len // self.block_size)
+
+
+candidates = st.lists(
+    st.tuples(
+        st.integers(1, 600),  # prompt tokens
+        st.integers(1, 300),  # output tokens
+        st.booleans(),  # firm output
+        st.integers(0, 40),  # blocks cached when first seen
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    free=st.integers(0, 120),
+    running=st.lists(st.tuples(*[st.integers(0, 200)] * 3, st.booleans()), max_size=6),
+    cands=candidates,
+    gains=st.lists(st.integers(0, 3), min_size=12, max_size=12),
+)
+def test_putting_the_probe_off_changes_no_decision(free, running, cands, gains) -> None:
+    """Candidate by candidate, the gate that probes only when the cheap bound with nothing
+    cached does not fit ADDs and STOPs exactly as the one probing at once, ends the step in
+    the same state once its put-off probes are made, and probes no more often."""
+    bs = 16
+    reqs = {
+        f"r{i}": _request(f"r{i}", prompt, out, firm)
+        for i, (prompt, out, firm, _) in enumerate(cands)
+    }
+
+    def view() -> _CachingView:
+        cached = {f"r{i}": min(c, prompt // bs) for i, (prompt, _, _, c) in enumerate(cands)}
+        return _CachingView(
+            free_kv_blocks=free,
+            num_preemptions=0,
+            block_size=bs,
+            running=running,
+            requests=reqs,
+            cached_now=cached,
+            found={},
+            probes=0,
+        )
+
+    eager_view, lazy_view = view(), view()
+    eager, lazy = EagerKvGate(), KvGate()
+    eager.begin_step(eager_view)
+    lazy.begin_step(lazy_view)
+    for i, rid in enumerate(reqs):
+        decision = eager.fits(eager_view, rid)
+        assert lazy.fits(lazy_view, rid) == decision, rid
+        if decision:
+            for v in (eager_view, lazy_view):
+                v.admit(rid)
+                for later in list(reqs)[i + 1 :]:  # its blocks may be others' prefix
+                    v.cached_now[later] += gains[i]
+    assert lazy.refusals == eager.refusals
+    assert lazy_view.probes <= eager_view.probes
+    lazy._probe_deferred(lazy_view)
+    assert (lazy._bound, lazy._prefill, lazy._remaining) == (
+        eager._bound,
+        eager._prefill,
+        eager._remaining,
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    running=st.lists(st.tuples(*[st.integers(0, 3 * CLIP_TOKENS)] * 3, st.booleans()), max_size=12),
+    bs=st.sampled_from([1, 16, 32]),
+    steps=st.integers(0, 700),
+)
+def test_snapshot_sums_each_running_requests_blocks(running, bs, steps) -> None:
+    """The snapshot's inline arithmetic is the helpers': per running request, the blocks its
+    unfinished prefill adds (`_blocks`) and its output reserve (`_reserve`, at the ratio the
+    decay has reached), and their sum in blocks."""
+    view = _View(free_kv_blocks=7, num_preemptions=0, block_size=bs, running=running)
+    gate = KvGate()
+    for _ in range(steps):
+        gate.begin_step(view)
+    assert gate._snapshot(view)
+    prefills = [_blocks(h + p, bs) - _blocks(h, bs) for h, p, _, _ in running]
+    reserves = [gate._reserve(left, firm) for _, _, left, firm in running]
+    assert gate._free == 7 and (gate._prefill, gate._remaining) == (prefills, reserves)
+    assert gate._bound == sum(p + _blocks(r, bs) for p, r in zip(prefills, reserves))

@@ -33,7 +33,9 @@ vllm = require(
 
 from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.inputs import TokensPrompt  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 
+from eager_kv_gate import EagerKvGate  # noqa: E402
 from feather_sched.harness.tiny_llama import TINY_LLAMA, build_tiny_llama  # noqa: E402
 from feather_sched.integrations.vllm import (  # noqa: E402
     FeatherAsyncScheduler,
@@ -321,6 +323,56 @@ def test_kv_gate_admits_only_what_vllm_can_keep(feather_llm, feather, monkeypatc
     assert feather.feather.stats.policy_errors == errors
     assert policy.kv_refusals > 0
     assert len(preempted) < grouped, (len(preempted), grouped)
+    assert_index_empty(feather)
+
+
+@pytest.mark.parametrize("reported", [True, False], ids=["lookup-reported", "computed-tokens"])
+def test_kv_gate_decides_as_if_it_probed_every_candidate(
+    feather_llm, feather, monkeypatch, reported: bool
+) -> None:
+    """The KV gate puts a candidate's prefix-cache probe off while it fits with nothing
+    cached, and for the exact sum later reads vLLM's own lookup of it (`on_cache_lookup`; or,
+    where vLLM does not report it, the admitted request's computed tokens): vLLM has cached
+    the admitted request's new blocks by then, so probing again would read more. Beside it
+    on the same live views, a gate probing every candidate at once (`EagerKvGate`) ADDs and
+    STOPs every candidate the same, under KV pressure, and both of the gate's paths ran
+    (probes put off, and made later)."""
+    if not reported:  # vLLM's own lookup, unreported (as on a release without the method)
+        monkeypatch.setattr(
+            feather,
+            "_get_local_prefix_cache_hit",
+            lambda request: Scheduler._get_local_prefix_cache_hit(feather, request),
+        )
+
+    policy = make_policy("feather")
+    gate, eager = policy.gate, EagerKvGate()
+    begin_step, fits = gate.begin_step, gate.fits
+    decisions: list[tuple[bool, bool]] = []
+    put_off = made_later = 0
+
+    def both_begin(view) -> None:
+        eager.begin_step(view)
+        begin_step(view)
+
+    def both_fit(view, rid: str) -> bool:
+        nonlocal put_off, made_later
+        expected = eager.fits(view, rid)  # probes now, before vLLM looks the request up
+        before = len(gate._deferred)
+        got = fits(view, rid)
+        put_off += len(gate._deferred) > before
+        made_later += before > 0 and not gate._deferred
+        decisions.append((expected, got))
+        return got
+
+    monkeypatch.setattr(gate, "begin_step", both_begin)
+    monkeypatch.setattr(gate, "fits", both_fit)
+    feather.feather.policy = policy
+    prompts, lengths = workload(seed=1)
+    got = generate(feather_llm, prompts, lengths)
+    assert [len(t) for t in got] == lengths
+    assert [e for e, _ in decisions] == [g for _, g in decisions]
+    assert eager.refusals == gate.refusals > 0
+    assert put_off > 0 and made_later > 0, (put_off, made_later)
     assert_index_empty(feather)
 
 

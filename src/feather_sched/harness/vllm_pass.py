@@ -9,18 +9,19 @@ so every timed `schedule()` call sees N waiting. Shared-prefix shape: each reque
 finish and new ones are admitted on every step.
 
 Per engine step, the scheduler's own calls are timed on this thread's CPU clock
-(`time.thread_time`: vLLM's CPU forward leaves OpenMP threads that process CPU time would
-also count): `schedule()`, `update_from_output()` and `add_request()` (arrivals). In the
-Feather engine, Feather's own code inside those calls is timed too, directly: every hook of
-its admission controller vLLM reaches (`begin/end_schedule`, the waiting queue's `has_next`,
-`peek`, `pop`, `on_enqueue`/`on_dequeue`, `on_finished`, `step_feedback`) and the scheduler's
-`_prefill_tokens`, on `time.perf_counter` (a thread-CPU read costs ~1 us here, too much for
-microsecond hooks; the hooks run on this thread without sleeping). So "Feather's added CPU"
-is read two ways: `feather_part_us`, its own code inside `schedule()`, and the difference of
-the two engines' `schedule()` medians (which also carries vLLM's own work changing with the
-order Feather admits in). Feather's part is split further: the policy's own methods
-(`begin_step`, `candidates`, `accept`, `follows_queue_order`, `end_step`: its decisions, KV
-gate, cost prior) and the host's (the rest: the adapter and the CHT's bookkeeping).
+(`time.thread_time`: vLLM's CPU forward leaves OpenMP threads that process CPU time would also
+count): `schedule()`, `update_from_output()` and `add_request()` (arrivals). In the Feather
+engine, Feather's own code inside those calls is timed too, directly: every hook of its
+admission controller vLLM reaches (`begin/end_schedule`, the waiting queue's `has_next`,
+`peek`, `pop`, `on_enqueue`/`on_dequeue`, `on_cache_lookup`, `on_finished`, `step_feedback`)
+and the scheduler's `_prefill_tokens`, on `time.perf_counter` (a thread-CPU read costs ~1 us
+here, too much for microsecond hooks; the hooks run on this thread without sleeping). So
+"Feather's added CPU" is read two ways: `feather_part_us`, its own code inside `schedule()`,
+and the difference of the two engines' `schedule()` medians (which also carries vLLM's own work
+changing with the order Feather admits in). Feather's part is split further: the policy's own
+methods (`begin_step`, `candidates`, `accept`, `follows_queue_order`, `end_step`: its
+decisions, KV gate, cost prior) and the host's (the rest: the adapter and the CHT's
+bookkeeping).
 
 Each run: `warmup` steps (running batch fills), then `steps` timed steps; per run the
 median over its steps; per queue length the median (and min, max) over `repeats` runs,
@@ -58,6 +59,7 @@ HOOKS = (
     "pop",
     "on_enqueue",
     "on_dequeue",
+    "on_cache_lookup",
     "on_finished",
     "step_feedback",
 )

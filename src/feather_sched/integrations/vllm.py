@@ -54,7 +54,9 @@ class FeatherScheduler(Scheduler):
     `_preempt_request` -> `prepend_request`, aborts via `finish_requests` ->
     `remove_requests`, the admission loop in `schedule`); `_free_request` (every finish and
     abort) drops the request from the CHT; `update_from_output` feeds the step's duration and
-    batch size back to the policy (`Policy.end_step`).
+    batch size back to the policy (`Policy.end_step`); `_get_local_prefix_cache_hit` (vLLM's
+    prefix-cache lookup as it admits) hands its hit to the KV gate's put-off probe (where a
+    release lacks it, the admitted request's computed tokens stand in).
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> FeatherScheduler:
@@ -140,6 +142,13 @@ class FeatherScheduler(Scheduler):
         if self.feather_state is not None:
             self.feather_state.save(self.feather.policy)
         super().shutdown()
+
+    def _get_local_prefix_cache_hit(self, request, *args: Any, **kwargs: Any):
+        """vLLM's own prefix-cache lookup for a request it is admitting: its hit is what the
+        KV gate's put-off probe of that request reads (one lookup serves both)."""
+        result = super()._get_local_prefix_cache_hit(request, *args, **kwargs)
+        self.feather.on_cache_lookup(request.request_id, result[1])
+        return result
 
     def _free_request(self, request, *args: Any, **kwargs: Any):
         result = super()._free_request(request, *args, **kwargs)

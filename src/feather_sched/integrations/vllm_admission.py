@@ -67,11 +67,15 @@ class AdmissionController(Hosted):
         self._requests: dict[str, Request] = {}
         self.preemptions = 0
         """Requests vLLM preempted back into the waiting queue (the KV gate reads it)."""
+        self.admission_hits: dict[str, int] = {}
+        """Prefix-cache hit tokens of the requests vLLM looked up (or skipped) this step: what
+        each found cached when admitted, for the KV gate's put-off probes (kv_gate.py)."""
 
     # ------------------------------------------------------------------ step bracket
     def begin_schedule(self) -> None:
         self._armed = True
         self._step = self._current = None
+        self.admission_hits.clear()
         self._stop_after_current = self._stopped = False
 
     def end_schedule(self) -> None:
@@ -102,6 +106,11 @@ class AdmissionController(Hosted):
     def on_dequeue(self, req: VllmRequest) -> None:
         self._settle()
         self.index.park(req.request_id)
+
+    def on_cache_lookup(self, request_id: str, hit_tokens: int) -> None:
+        """vLLM looked up the prefix cache to admit this request (`FeatherScheduler.
+        _get_local_prefix_cache_hit`): the gate's probe of it, if put off, reads this."""
+        self.admission_hits[request_id] = hit_tokens
 
     def on_finished(self, request_id: str) -> None:
         self._settle()
@@ -193,8 +202,16 @@ class AdmissionController(Hosted):
             if req.status == RequestStatus.RUNNING:
                 self.index.running(req, now)
                 self.stats.admitted += 1
+                # Its lookup's hit, if vLLM has no `_get_local_prefix_cache_hit` to report it:
+                # without a KV connector, what admission set its computed tokens to.
+                self.admission_hits.setdefault(req.request_id, req.num_computed_tokens)
             else:
                 self.index.park(req.request_id)
+                if self._armed and req.request_id not in self.admission_hits:
+                    # vLLM skipped it before its lookup; settled by the loop's next
+                    # `has_next`, before anything else is allocated, so this probe reads the
+                    # cache as the policy's accept saw it.
+                    self.admission_hits[req.request_id] = self.view.probe_cache(req)
 
 
 class FeatherRequestQueue(RequestQueue):
@@ -352,20 +369,31 @@ class VllmSchedulerView:
     def running_kv(self) -> Iterator[tuple[int, int, int, bool]]:
         # A decoding request has computed all but its newest token; anything more behind
         # is prefill still to do (a prompt, or a preempted request's recompute).
+        # Once a step per running request: builtins and attribute reads kept to the minimum.
         for r in self._c.scheduler.running:
-            prefill = max(0, r.num_tokens - 1 - r.num_computed_tokens)
-            left = max(0, (r.max_tokens or 0) - r.num_output_tokens)
+            held = r.num_computed_tokens
+            prefill = r.num_tokens - 1 - held
+            left = (r.max_tokens or 0) - r.num_output_tokens
             firm = bool(getattr(r.sampling_params, "ignore_eos", False))
-            yield r.num_computed_tokens, prefill, left, firm
+            yield held, prefill if prefill > 0 else 0, left if left > 0 else 0, firm
 
     def cached_blocks(self, request_id: str) -> int:
+        """Blocks cached for the request now; for one vLLM looked up this step, what it found
+        then (the gate may ask after vLLM has admitted it and cached its new blocks)."""
+        hit = self._c.admission_hits.get(request_id)
+        if hit is None:
+            req = self._c.scheduler.requests.get(request_id)
+            hit = 0 if req is None else self.probe_cache(req)
+        return hit // self.block_size
+
+    def probe_cache(self, req: VllmRequest) -> int:
+        """Prefix-cache hit tokens if vLLM admitted `req` now: the read-only probe of
+        KVCacheManager.get_computed_blocks (vllm/v1/core/kv_cache_manager.py; the last
+        token is always recomputed)."""
         sched = self._c.scheduler
-        req = sched.requests.get(request_id)
-        if req is None or not sched.cache_config.enable_prefix_caching:
+        if not sched.cache_config.enable_prefix_caching:
             return 0
-        # Read-only probe, as KVCacheManager.get_computed_blocks does it (the last token is
-        # always recomputed): vllm/v1/core/kv_cache_manager.py.
         _, hit_tokens, _ = sched.kv_cache_manager.coordinator.find_longest_cache_hit(
             req.block_hashes, req.num_tokens - 1
         )
-        return hit_tokens // self.block_size
+        return hit_tokens

@@ -66,7 +66,9 @@ class SchedulerView(Protocol):
         ...
 
     def cached_blocks(self, request_id: str) -> int:
-        """Leading prompt blocks of the request that the host's prefix cache holds now."""
+        """Leading prompt blocks of the request that the host's prefix cache holds now; for a
+        request the host admitted earlier in this step, what it found cached then (admitting
+        it cached its own blocks; the KV gate asks afterwards for the probes it put off)."""
         ...
 
 

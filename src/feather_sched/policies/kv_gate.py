@@ -27,6 +27,11 @@ clips `max_new_tokens` (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION).
 Holding back costs time to first token: Feather bounds how many steps in a row the gate may
 hold the queue (`policies/hold.py`).
 
+Its cost is per candidate, inside the engine's admission loop, so the gate probes the prefix
+cache (`cached_blocks`, a walk over the prompt's blocks; the engine repeats it when it admits)
+only when the answer could change: while the candidate fits even with nothing cached it is
+ADDed unprobed, and the exact count is read later only if a later candidate needs it.
+
 It needs the host's free blocks and running requests (`SchedulerView.free_kv_blocks`,
 `running_kv`, `num_preemptions`). A host without them gets no gate: SGLang, whose own adder
 already reserves this way.
@@ -87,6 +92,8 @@ class KvGate:
         self._prefill: list[int] = []
         self._remaining: list[int] = []
         self._bound = 0
+        self._deferred: list[tuple[int, str]] = []
+        """(position in `_prefill`, request id) of candidates admitted without a probe."""
 
     def begin_step(self, view: SchedulerView) -> None:
         """A new step: the running set moved on (read it again when first needed), and the
@@ -101,21 +108,48 @@ class KvGate:
 
     def fits(self, view: SchedulerView, request_id: str) -> bool:
         """Would the candidate fit beside the running requests' growth at its peak? If so it
-        joins this step's running set (the host is about to admit it)."""
+        joins this step's running set (the host is about to admit it).
+
+        The prefix-cache probe (`cached_blocks`, a walk over the prompt's block hashes) is
+        put off while the cheap bound fits even with nothing cached: cached blocks only lower
+        the need, so the answer is the same ADD. The candidate then counts its whole prompt
+        until a later candidate needs the exact sum; only then are the put-off probes made
+        (`_probe_deferred`; the host answers what each found cached when it was admitted),
+        so every decision and every later state equal probing each candidate at once."""
         if self._free is None and not self._snapshot(view):
             return True
         bs = view.block_size
         req = view.request(request_id)
-        prefill = max(0, _blocks(req.prompt_len, bs) - view.cached_blocks(request_id))
+        whole = _blocks(req.prompt_len, bs)
         remaining = self._reserve(req.output_len, req.meta.get("firm_output", True))
-        bound = self._bound + prefill + _blocks(remaining, bs)
+        grow = _blocks(remaining, bs)
+        if self._bound + whole + grow <= self._free:
+            self._deferred.append((len(self._prefill), request_id))
+            self._admit(whole, remaining, self._bound + whole + grow)
+            return True
+        self._probe_deferred(view)
+        prefill = max(0, whole - view.cached_blocks(request_id))
+        bound = self._bound + prefill + grow
         if bound > self._free and self._peak(prefill, remaining, bs) > self._free:
             self.refusals += 1
             return False
+        self._admit(prefill, remaining, bound)
+        return True
+
+    def _admit(self, prefill: int, remaining: int, bound: int) -> None:
         self._prefill.append(prefill)
         self._remaining.append(remaining)
         self._bound = bound
-        return True
+
+    def _probe_deferred(self, view: SchedulerView) -> None:
+        """Replace the whole-prompt counts of the candidates admitted unprobed this step by
+        their uncached blocks (the exact state probing at once would have built)."""
+        for at, request_id in self._deferred:
+            whole = self._prefill[at]
+            prefill = max(0, whole - view.cached_blocks(request_id))
+            self._prefill[at] = prefill
+            self._bound -= whole - prefill
+        self._deferred.clear()
 
     def _reserve(self, remaining: int, firm: bool) -> int:
         tokens = min(remaining, CLIP_TOKENS)
@@ -123,18 +157,25 @@ class KvGate:
 
     def _snapshot(self, view: SchedulerView) -> bool:
         """Read the free blocks and the running requests' outstanding needs (once a step:
-        O(running)); False when the host offers neither."""
+        O(running), so `_blocks` and `_reserve` are written out inline here: a few dozen
+        requests run, and the calls were half the loop's time); False when the host offers
+        neither."""
         free = getattr(view, "free_kv_blocks", None)
         if free is None:
             return False
-        bs = view.block_size
-        self._free, self._prefill, self._remaining, self._bound = free, [], [], 0
+        bs, ratio = view.block_size, self.ratio
+        prefills: list[int] = []
+        reserves: list[int] = []
+        bound = 0
         for held, prefill, remaining, firm in view.running_kv():
-            blocks = _blocks(held + prefill, bs) - _blocks(held, bs)
-            reserve = self._reserve(remaining, firm)
-            self._prefill.append(blocks)
-            self._remaining.append(reserve)
-            self._bound += blocks + _blocks(reserve, bs)
+            blocks = -(-(held + prefill) // bs) + (-held // bs)  # ceil(after) - ceil(held)
+            tokens = remaining if remaining < CLIP_TOKENS else CLIP_TOKENS
+            reserve = tokens if firm else int(tokens * ratio)
+            prefills.append(blocks)
+            reserves.append(reserve)
+            bound += blocks - (-reserve // bs)
+        self._free, self._prefill, self._remaining, self._bound = free, prefills, reserves, bound
+        self._deferred = []
         return True
 
     def _peak(self, prefill: int, remaining: int, bs: int) -> int:

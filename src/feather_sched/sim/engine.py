@@ -112,6 +112,7 @@ class Simulator(Hosted):
         self._waiting: dict[str, _Seq] = {}
         self._running: dict[str, _Seq] = {}
         self._seqs: dict[str, _Seq] = {}
+        self._admission_hits: dict[str, int] = {}  # this step's admissions: hit tokens
         self._num_preemptions = 0
         self.block_size = c.block_size  # SchedulerView: the prefix cache's block, in tokens
         self.max_num_seqs = c.max_num_seqs
@@ -148,6 +149,11 @@ class Simulator(Hosted):
         return self._seqs[request_id].hashes
 
     def cached_blocks(self, request_id: str) -> int:
+        """Blocks cached for the request now; for one admitted this step, what it found then
+        (its own blocks are cached as it is admitted)."""
+        hit = self._admission_hits.get(request_id)
+        if hit is not None:
+            return hit // self.config.block_size
         seq = self._seqs[request_id]
         if not self.config.enable_prefix_caching:
             return 0
@@ -446,6 +452,7 @@ class Simulator(Hosted):
         """
         cfg = self.config
         clock = time.perf_counter
+        self._admission_hits.clear()
         t0 = clock()
         step = self.host.begin(self, self._waiting.__contains__, allow_queue_order=False)
         spent = clock() - t0
@@ -487,6 +494,7 @@ class Simulator(Hosted):
             raise SimulationError(f"prefix cache probe said {hit} hit tokens, allocate gave {got}")
         seq.num_computed = hit
         seq.prefilling = True
+        self._admission_hits[rid] = hit
         self._commit(seq, hit + n)
         del self._waiting[rid]
         self._running[rid] = seq
