@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import json
 import resource
 import statistics
@@ -32,10 +33,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from replay_ab import PRIOR, SCENARIOS, server_specs
+from replay_ab import MODEL_IN_CORE_HELP, PRIOR, SCENARIOS, server_specs
 
 from feather_sched.bench.machine import write_record
 from feather_sched.bench.runner import config_provenance
@@ -128,6 +131,7 @@ def _write(args, endpoints, intervals, runs, inprocess_runs) -> None:
             "scenario": args.scenario,
             "reset_prefix_cache": True,
             "stream_interval": si,
+            "model_in_core": args.model_in_core,
         }
         config = {**config_provenance(), **replay_config(opts, LABELS, endpoints)}
         config["interleaved_with"] = args.json.with_stem(args.json.stem + "-inprocess").name
@@ -141,7 +145,7 @@ def _write(args, endpoints, intervals, runs, inprocess_runs) -> None:
         write_record(path, config=config, rows=rows, runs=inprocess_runs)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("scenario", choices=sorted(SCENARIOS))
     parser.add_argument("--json", type=Path, required=True)
@@ -155,16 +159,44 @@ def main(argv: list[str] | None = None) -> int:
         "--limit", type=int, default=None, help="Requests per workload (a smoke run)."
     )
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "feather")
+    parser.add_argument("--model-in-core", action="store_true", help=MODEL_IN_CORE_HELP)
+    parser.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        help="A file to flock while the servers start and during each repeat (not between).",
+    )
     parser.add_argument(
         "--show", action="store_true", help="Print the records' table; run nothing."
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+@contextmanager
+def _held(lock: Path | None) -> Iterator[None]:
+    """The machine's shared benchmark lock for one stretch of work, so other engineers'
+    runs can go between the repeats (the servers sit idle meanwhile)."""
+    if lock is None:
+        yield
+        return
+    with lock.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
     if args.show:
         print(cpu_table(args.json))
         return 0
     intervals = [int(v) for v in args.stream_intervals.split(",")]
-    specs = server_specs(args.scenario, args.cache)
-    with tempfile.TemporaryDirectory() as tmp, served(specs, Path(tmp)) as servers:
+    specs = server_specs(args.scenario, args.cache, args.model_in_core)
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        with _held(args.lock):
+            servers = stack.enter_context(served(specs, Path(tmp)))
         endpoints = [preflight(s.url) for s in servers]
         bench = BenchSpec(workloads=tuple(args.workloads.split(",")), limit=args.limit)
         context = min(e.max_model_len or 0 for e in endpoints)
@@ -175,26 +207,40 @@ def main(argv: list[str] | None = None) -> int:
         runs: list[dict[str, Any]] = []
         inprocess_runs: list[dict[str, Any]] = []
         for rep in range(args.repeats):
-            order = [0, 1] if rep % 2 == 0 else [1, 0]
-            for si in intervals if rep % 2 == 0 else intervals[::-1]:
-                spec = ReplaySpec(LABELS, client=ClientOptions(stream_interval=si))
-                for work in workloads:
-                    for i in order:
-                        row = _measured_run(servers, endpoints, i, work, spec)
-                        runs.append({**row, "repeat": rep})
-                        print(_line(row), flush=True)
-            _write(args, endpoints, intervals, runs, inprocess_runs)
-            if not args.inprocess_workloads:
-                continue
-            before = _cpu(servers)
-            rows = _inprocess(args, Path(tmp) / f"inprocess-{rep}.json")
-            idle = sum(sum(a.values()) - sum(b.values()) for a, b in zip(_cpu(servers), before))
-            for row in rows:
-                inprocess_runs.append({**row, "repeat": rep, "idle_servers_cpu_s": round(idle, 2)})
-                print(_inprocess_line(row), flush=True)
-            _write(args, endpoints, intervals, runs, inprocess_runs)
+            with _held(args.lock):
+                runs += _replay_repeat(servers, endpoints, workloads, intervals, rep)
+                _write(args, endpoints, intervals, runs, inprocess_runs)
+                if args.inprocess_workloads:
+                    inprocess_runs += _inprocess_repeat(args, servers, Path(tmp), rep)
+                    _write(args, endpoints, intervals, runs, inprocess_runs)
     print(cpu_table(args.json))
     return 0
+
+
+def _replay_repeat(servers, endpoints, workloads, intervals, rep: int) -> list[dict[str, Any]]:
+    """Repeat `rep`'s replay runs: every workload against both servers at every stream
+    interval, the servers' and the intervals' order alternating between repeats."""
+    order = [0, 1] if rep % 2 == 0 else [1, 0]
+    runs = []
+    for si in intervals if rep % 2 == 0 else intervals[::-1]:
+        spec = ReplaySpec(LABELS, client=ClientOptions(stream_interval=si))
+        for work in workloads:
+            for i in order:
+                row = _measured_run(servers, endpoints, i, work, spec)
+                runs.append({**row, "repeat": rep})
+                print(_line(row), flush=True)
+    return runs
+
+
+def _inprocess_repeat(args, servers, tmp: Path, rep: int) -> list[dict[str, Any]]:
+    """Repeat `rep`'s in-process bench run, with what the idle servers used meanwhile."""
+    before = _cpu(servers)
+    rows = _inprocess(args, tmp / f"inprocess-{rep}.json")
+    idle = sum(sum(a.values()) - sum(b.values()) for a, b in zip(_cpu(servers), before))
+    for row in rows:
+        row.update(repeat=rep, idle_servers_cpu_s=round(idle, 2))
+        print(_inprocess_line(row), flush=True)
+    return rows
 
 
 def cpu_table(path: Path) -> str:
