@@ -299,7 +299,7 @@ def _line(row: dict[str, Any]) -> str:
         f"{row['finished']}/{row['requests']} ok, {row['output_tok_s']} tok/s, cpu engine "
         f"{row['engine_cpu_s']} worker {row['worker_cpu_s']} api {row['api_cpu_s']} "
         f"client {row['client_cpu_s']} "
-        f"over {row['run_wall_s']} s"
+        f"over {row['run_wall_s']} s; {row.get('server_iterations')} iterations"
     )
 
 
