@@ -131,10 +131,12 @@ def _write(args, endpoints, intervals, runs, inprocess_runs) -> None:
             "scenario": args.scenario,
             "reset_prefix_cache": True,
             "stream_interval": si,
-            "model_in_core": args.model_in_core,
         }
         config = {**config_provenance(), **replay_config(opts, LABELS, endpoints)}
         config["interleaved_with"] = args.json.with_stem(args.json.stem + "-inprocess").name
+        config["model_in_core"] = args.model_in_core
+        for server in config["servers"]:  # no machine paths in a record
+            server["served_model"] = home_relative(server["served_model"])
         path = args.json if si == 1 else args.json.with_stem(f"{args.json.stem}-si{si}")
         write_record(path, config=config, rows=rows, ab=ab, runs=mine, interrupted=False)
     if inprocess_runs:
@@ -185,6 +187,12 @@ def _held(lock: Path | None) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def home_relative(path: str) -> str:
+    """`path` with the home directory written as `~` (the served model's directory)."""
+    home = str(Path.home())
+    return "~" + path[len(home) :] if path.startswith(home + "/") else path
 
 
 def main(argv: list[str] | None = None) -> int:
