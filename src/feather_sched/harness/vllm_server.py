@@ -51,9 +51,9 @@ class ServerSpec:
     """Run the model in the engine core's process (`--distributed-executor-backend uni` with
     VLLM_ENABLE_V1_MULTIPROCESSING=0), as the in-process bench does. By default vLLM's CPU
     platform moves it to a worker process of its own below the engine core, and the two
-    busy-wait on each other's shared-memory queue: on a machine with few cores that takes a
-    core the API server and the client need. The API server stays a process of its own
-    either way (`vllm serve` always starts the engine core apart)."""
+    busy-wait on each other's shared-memory queue (on 2 vCPUs they kept 1.7 busy where the
+    in-process engine keeps one: benchmarks/replay.md). The API server stays a process of its
+    own either way (`vllm serve` always starts the engine core apart)."""
 
     def environment(self) -> dict[str, str]:
         """What the server's environment adds to the caller's."""
