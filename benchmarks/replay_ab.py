@@ -28,18 +28,26 @@ HERE = Path(__file__).resolve().parent
 PRIOR = HERE / "cpu-kv-bound-fitted.json"
 
 
+MODEL_IN_CORE_HELP = (
+    "Run each server's model in its engine core's process (--distributed-executor-backend uni, "
+    "VLLM_ENABLE_V1_MULTIPROCESSING=0), as the in-process bench does, instead of the CPU "
+    "platform's separate worker process."
+)
+
 SCENARIOS = {s.name: s.num_blocks for s in ENGINE_SCALES["kv-bound"].scenarios}
 """KV scenario -> the servers' KV blocks (the in-process bench's `--num-kv-blocks`)."""
 
 
-def server_specs(scenario: str, cache: Path) -> list[ServerSpec]:
+def server_specs(scenario: str, cache: Path, model_in_core: bool = False) -> list[ServerSpec]:
     """vLLM's own scheduler and Feather's, on the kv-bound model built under `cache`, with
-    the in-process bench's settings for `scenario`."""
+    the in-process bench's settings for `scenario`; `model_in_core`: the model in the engine
+    core's process, as in the bench (`ServerSpec.model_in_core`)."""
     model = str(build_tiny_llama(cache / "kv-bound", KV_BOUND))
     shared = dict(
         max_model_len=ENGINE_SCALES["kv-bound"].max_model_len,
         num_gpu_blocks=SCENARIOS[scenario],
         max_num_batched_tokens=8192,
+        model_in_core=model_in_core,
     )
     options = json.dumps({"hardware": str(PRIOR), "model": "kv-bound"})
     return [
@@ -58,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("scenario", choices=sorted(SCENARIOS))
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "feather")
+    parser.add_argument("--model-in-core", action="store_true", help=MODEL_IN_CORE_HELP)
     args, replay_args = parser.parse_known_args(argv)
-    specs = server_specs(args.scenario, args.cache)
+    specs = server_specs(args.scenario, args.cache, args.model_in_core)
     with tempfile.TemporaryDirectory() as logs, vllm_servers(specs, Path(logs)) as urls:
         cmd = [sys.executable, "-m", "feather_sched.cli", "replay", *urls]
         cmd += ["--label", "vllm,feather", "--model", "kv-bound", "--scenario", args.scenario]

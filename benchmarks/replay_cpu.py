@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import json
 import resource
 import statistics
@@ -32,10 +33,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from replay_ab import PRIOR, SCENARIOS, server_specs
+from replay_ab import MODEL_IN_CORE_HELP, PRIOR, SCENARIOS, server_specs
 
 from feather_sched.bench.machine import write_record
 from feather_sched.bench.runner import config_provenance
@@ -131,6 +134,9 @@ def _write(args, endpoints, intervals, runs, inprocess_runs) -> None:
         }
         config = {**config_provenance(), **replay_config(opts, LABELS, endpoints)}
         config["interleaved_with"] = args.json.with_stem(args.json.stem + "-inprocess").name
+        config["model_in_core"] = args.model_in_core
+        for server in config["servers"]:  # no machine paths in a record
+            server["served_model"] = home_relative(server["served_model"])
         path = args.json if si == 1 else args.json.with_stem(f"{args.json.stem}-si{si}")
         write_record(path, config=config, rows=rows, ab=ab, runs=mine, interrupted=False)
     if inprocess_runs:
@@ -141,7 +147,7 @@ def _write(args, endpoints, intervals, runs, inprocess_runs) -> None:
         write_record(path, config=config, rows=rows, runs=inprocess_runs)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("scenario", choices=sorted(SCENARIOS))
     parser.add_argument("--json", type=Path, required=True)
@@ -155,16 +161,50 @@ def main(argv: list[str] | None = None) -> int:
         "--limit", type=int, default=None, help="Requests per workload (a smoke run)."
     )
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "feather")
+    parser.add_argument("--model-in-core", action="store_true", help=MODEL_IN_CORE_HELP)
+    parser.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        help="A file to flock while the servers start and during each repeat (not between).",
+    )
     parser.add_argument(
         "--show", action="store_true", help="Print the records' table; run nothing."
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+@contextmanager
+def _held(lock: Path | None) -> Iterator[None]:
+    """The machine's shared benchmark lock for one stretch of work, so other engineers'
+    runs can go between the repeats (the servers sit idle meanwhile)."""
+    if lock is None:
+        yield
+        return
+    with lock.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def home_relative(path: str) -> str:
+    """`path` with the home directory written as `~` (the served model's directory)."""
+    home = str(Path.home())
+    return "~" + path[len(home) :] if path.startswith(home + "/") else path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
     if args.show:
         print(cpu_table(args.json))
         return 0
     intervals = [int(v) for v in args.stream_intervals.split(",")]
-    specs = server_specs(args.scenario, args.cache)
-    with tempfile.TemporaryDirectory() as tmp, served(specs, Path(tmp)) as servers:
+    specs = server_specs(args.scenario, args.cache, args.model_in_core)
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        with _held(args.lock):
+            servers = stack.enter_context(served(specs, Path(tmp)))
         endpoints = [preflight(s.url) for s in servers]
         bench = BenchSpec(workloads=tuple(args.workloads.split(",")), limit=args.limit)
         context = min(e.max_model_len or 0 for e in endpoints)
@@ -175,26 +215,40 @@ def main(argv: list[str] | None = None) -> int:
         runs: list[dict[str, Any]] = []
         inprocess_runs: list[dict[str, Any]] = []
         for rep in range(args.repeats):
-            order = [0, 1] if rep % 2 == 0 else [1, 0]
-            for si in intervals if rep % 2 == 0 else intervals[::-1]:
-                spec = ReplaySpec(LABELS, client=ClientOptions(stream_interval=si))
-                for work in workloads:
-                    for i in order:
-                        row = _measured_run(servers, endpoints, i, work, spec)
-                        runs.append({**row, "repeat": rep})
-                        print(_line(row), flush=True)
-            _write(args, endpoints, intervals, runs, inprocess_runs)
-            if not args.inprocess_workloads:
-                continue
-            before = _cpu(servers)
-            rows = _inprocess(args, Path(tmp) / f"inprocess-{rep}.json")
-            idle = sum(sum(a.values()) - sum(b.values()) for a, b in zip(_cpu(servers), before))
-            for row in rows:
-                inprocess_runs.append({**row, "repeat": rep, "idle_servers_cpu_s": round(idle, 2)})
-                print(_inprocess_line(row), flush=True)
-            _write(args, endpoints, intervals, runs, inprocess_runs)
+            with _held(args.lock):
+                runs += _replay_repeat(servers, endpoints, workloads, intervals, rep)
+                _write(args, endpoints, intervals, runs, inprocess_runs)
+                if args.inprocess_workloads:
+                    inprocess_runs += _inprocess_repeat(args, servers, Path(tmp), rep)
+                    _write(args, endpoints, intervals, runs, inprocess_runs)
     print(cpu_table(args.json))
     return 0
+
+
+def _replay_repeat(servers, endpoints, workloads, intervals, rep: int) -> list[dict[str, Any]]:
+    """Repeat `rep`'s replay runs: every workload against both servers at every stream
+    interval, the servers' and the intervals' order alternating between repeats."""
+    order = [0, 1] if rep % 2 == 0 else [1, 0]
+    runs = []
+    for si in intervals if rep % 2 == 0 else intervals[::-1]:
+        spec = ReplaySpec(LABELS, client=ClientOptions(stream_interval=si))
+        for work in workloads:
+            for i in order:
+                row = _measured_run(servers, endpoints, i, work, spec)
+                runs.append({**row, "repeat": rep})
+                print(_line(row), flush=True)
+    return runs
+
+
+def _inprocess_repeat(args, servers, tmp: Path, rep: int) -> list[dict[str, Any]]:
+    """Repeat `rep`'s in-process bench run, with what the idle servers used meanwhile."""
+    before = _cpu(servers)
+    rows = _inprocess(args, tmp / f"inprocess-{rep}.json")
+    idle = sum(sum(a.values()) - sum(b.values()) for a, b in zip(_cpu(servers), before))
+    for row in rows:
+        row.update(repeat=rep, idle_servers_cpu_s=round(idle, 2))
+        print(_inprocess_line(row), flush=True)
+    return rows
 
 
 def cpu_table(path: Path) -> str:
@@ -253,7 +307,7 @@ def _line(row: dict[str, Any]) -> str:
         f"{row['finished']}/{row['requests']} ok, {row['output_tok_s']} tok/s, cpu engine "
         f"{row['engine_cpu_s']} worker {row['worker_cpu_s']} api {row['api_cpu_s']} "
         f"client {row['client_cpu_s']} "
-        f"over {row['run_wall_s']} s"
+        f"over {row['run_wall_s']} s; {row.get('server_iterations')} iterations"
     )
 
 

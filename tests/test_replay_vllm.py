@@ -24,7 +24,12 @@ from typer.testing import CliRunner  # noqa: E402
 
 from feather_sched.cli import app  # noqa: E402
 from feather_sched.harness.tiny_llama import build_tiny_llama  # noqa: E402
-from feather_sched.harness.vllm_server import ServerSpec, vllm_servers  # noqa: E402
+from feather_sched.harness.vllm_server import (  # noqa: E402
+    ServerSpec,
+    process_cpu_s,
+    served,
+    vllm_servers,
+)
 from feather_sched.replay.client import preflight  # noqa: E402
 from feather_sched.replay.runner import ReplaySpec, run_once  # noqa: E402
 from feather_sched.replay.workload import ReplayWorkload  # noqa: E402
@@ -62,6 +67,9 @@ def test_replay_ab_against_vllm_with_and_without_feather(servers, tmp_path: Path
         assert (row["sent"], row["finished"], row["failed"]) == (32, 32, 0)
         assert row["output_tokens"] == 32 * 64
         assert row["server_requests_succeeded"] == 32
+        # every token went through an engine iteration; a request needs one per token
+        assert row["server_iteration_tokens"] >= row["output_tokens"]
+        assert row["server_iterations"] >= 64
         assert row["prefix_cache_reset"] is True
         assert row["server_prefix_cache_queries"] > 0 and 0 < row["server_prefix_hit_rate"] < 1
         assert row["ttft_p50_s"] <= row["ttft_p99_s"] <= row["latency_p99_s"]
@@ -97,3 +105,32 @@ def test_stream_interval_on_vllm_batches_tokens_and_keeps_every_one(servers) -> 
     asyncio.run(run_schedule(endpoint, reqs, ClientOptions(stream_interval=8), outcomes))
     assert [(o.ok, o.tokens) for o in outcomes] == [(True, 17)] * 4
     assert all(1 <= len(o.chunk_s) <= 3 for o in outcomes)
+
+
+def test_model_in_core_servers_run_the_model_in_the_engine_core(tmp_path: Path) -> None:
+    """`ServerSpec.model_in_core` (`--distributed-executor-backend uni`,
+    VLLM_ENABLE_V1_MULTIPROCESSING=0), with vLLM's scheduler and with Feather's: the model
+    runs in the engine core's process (no process below it uses CPU, as one does in the
+    default CPU layout), and the A/B answers every request exactly once."""
+    model = str(build_tiny_llama(tmp_path / "tiny-llama"))
+    specs = [
+        ServerSpec(model, num_gpu_blocks=KV_BLOCKS, model_in_core=True),
+        ServerSpec(model, feather=True, num_gpu_blocks=KV_BLOCKS, model_in_core=True,
+                   env=(("FEATHER_POLICY", "feather"),)),
+    ]  # fmt: skip
+    out = tmp_path / "ab.json"
+    args = ["replay", "--label", "vllm,feather", "--model", "tiny-llama"]
+    args += ["-w", "shared-prefix", "--limit", "32", "--json", str(out)]
+    with served(specs, tmp_path) as servers:
+        before = [process_cpu_s(s.pid) for s in servers]
+        result = CliRunner().invoke(app, [args[0], *(s.url for s in servers), *args[1:]])
+        after = [process_cpu_s(s.pid) for s in servers]
+    assert result.exit_code == 0, result.output
+    for b, a in zip(before, after):
+        engine, worker = a["engine"] - b["engine"], a["worker"] - b["worker"]
+        assert engine > 0.5 and worker < 0.05, (engine, worker)  # the model ran in the core
+    assert "Using custom scheduler class feather_sched" in (tmp_path / "server-1.log").read_text()
+    for row in json.loads(out.read_text())["rows"]:
+        assert (row["sent"], row["finished"], row["failed"]) == (32, 32, 0)
+        assert row["output_tokens"] == 32 * 64
+        assert row["server_requests_succeeded"] == 32

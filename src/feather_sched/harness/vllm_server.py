@@ -48,6 +48,20 @@ class ServerSpec:
     (its default, 0.92, refuses a second server on the same machine)."""
     env: tuple[tuple[str, str], ...] = ()
     """Extra environment (FEATHER_POLICY, FEATHER_POLICY_OPTIONS, ...)."""
+    model_in_core: bool = False
+    """Run the model in the engine core's process (`--distributed-executor-backend uni` with
+    VLLM_ENABLE_V1_MULTIPROCESSING=0), as the in-process bench does. By default vLLM's CPU
+    platform moves it to a worker process of its own below the engine core, and the two
+    busy-wait on each other's shared-memory queue (on 2 vCPUs they kept 1.7 busy where the
+    in-process engine keeps one: benchmarks/replay.md). The API server stays a process of its
+    own either way (`vllm serve` always starts the engine core apart)."""
+
+    def environment(self) -> dict[str, str]:
+        """What the server's environment adds to the caller's."""
+        env = {**CPU_THREAD_DEFAULTS, "VLLM_SERVER_DEV_MODE": "1"}
+        if self.model_in_core:
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        return {**env, **dict(self.env)}
 
     def command(self, port: int) -> list[str]:
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model]
@@ -58,6 +72,8 @@ class ServerSpec:
         cmd += ["--gpu-memory-utilization", str(self.memory_fraction)]
         if self.num_gpu_blocks is not None:
             cmd += ["--num-gpu-blocks-override", str(self.num_gpu_blocks)]
+        if self.model_in_core:
+            cmd += ["--distributed-executor-backend", "uni"]
         if self.feather:
             cmd += ["--scheduler-cls", FEATHER_SCHEDULER]
         return cmd
@@ -109,9 +125,8 @@ def served(
     try:
         for i, spec in enumerate(specs):
             port = free_port()
-            env = {**os.environ, **CPU_THREAD_DEFAULTS, "VLLM_SERVER_DEV_MODE": "1"}
+            env = {**os.environ, **spec.environment()}
             env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-            env.update(dict(spec.env))
             log = log_dir / f"server-{i}.log"
             with log.open("w") as out:
                 cmd = spec.command(port)

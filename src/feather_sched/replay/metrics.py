@@ -8,7 +8,7 @@ Each field reads vLLM 0.32's metric (vllm/v1/metrics/loggers.py; prometheus_clie
 srt/observability/metrics_collector.py): prefix-cache queries and hits in tokens (SGLang:
 prompt tokens, and cached prompt tokens summed over its cache sources), preemptions (SGLang:
 retracted requests), requests finished (SGLang: requests processed), requests running and
-waiting (SGLang: running and queued).
+waiting (SGLang: running and queued), and vLLM's engine iterations.
 """
 
 from __future__ import annotations
@@ -23,8 +23,13 @@ COUNTERS = {
     "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "sglang:cached_tokens_total"),
     "preemptions": ("vllm:num_preemptions_total", "sglang:num_retracted_requests_total"),
     "requests_succeeded": ("vllm:request_success_total", "sglang:num_requests_total"),
+    "iterations": ("vllm:iteration_tokens_total_count",),
+    "iteration_tokens": ("vllm:iteration_tokens_total_sum",),
 }
-"""Row field -> the counters (vLLM's, SGLang's) whose increase over the run it is."""
+"""Row field -> the counters (vLLM's, SGLang's) whose increase over the run it is. vLLM
+only: engine iterations and the tokens they computed (prompt and generated), the count and
+sum of its per-iteration token histogram, so two servers' runs of one workload can be
+compared step for step."""
 GAUGES = {
     "running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
     "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
