@@ -383,3 +383,22 @@ def test_command_api_is_checked_and_recorded(tmp_path: Path) -> None:
     record = json.loads(out.read_text())
     assert record["config"]["api"] == "generate"
     assert record["rows"][0]["finished"] == 2 and len(server.seen) == 2
+
+
+def test_server_layout_is_set_not_inherited(monkeypatch) -> None:
+    """A `vllm serve` started after the in-process harness ran in the same process must not
+    take that harness's layout and log level from the environment (engine_env_defaults)."""
+    from feather_sched.harness.vllm_engine import engine_env_defaults
+    from feather_sched.harness.vllm_server import ServerSpec
+
+    from feather_sched.integrations.vllm_local import CPU_THREAD_DEFAULTS
+
+    for key in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_LOGGING_LEVEL", *CPU_THREAD_DEFAULTS):
+        monkeypatch.delenv(key, raising=False)  # restored after the test
+    engine_env_defaults()
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    default = {**os.environ, **ServerSpec("m").environment()}
+    in_core = {**os.environ, **ServerSpec("m", model_in_core=True).environment()}
+    assert default["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
+    assert in_core["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert default["VLLM_LOGGING_LEVEL"] == in_core["VLLM_LOGGING_LEVEL"] == "INFO"

@@ -57,10 +57,17 @@ class ServerSpec:
     own either way (`vllm serve` always starts the engine core apart)."""
 
     def environment(self) -> dict[str, str]:
-        """What the server's environment adds to the caller's."""
-        env = {**CPU_THREAD_DEFAULTS, "VLLM_SERVER_DEV_MODE": "1"}
-        if self.model_in_core:
-            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        """What the server's environment adds to the caller's. The layout and the log level
+        are set, not inherited: the in-process harness sets VLLM_ENABLE_V1_MULTIPROCESSING=0
+        and VLLM_LOGGING_LEVEL=ERROR in its own process (`engine_env_defaults`), which a
+        server started after it would otherwise take (and lose the log line naming its
+        scheduler class)."""
+        env = {
+            **CPU_THREAD_DEFAULTS,
+            "VLLM_SERVER_DEV_MODE": "1",
+            "VLLM_LOGGING_LEVEL": "INFO",
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if self.model_in_core else "1",
+        }
         return {**env, **dict(self.env)}
 
     def command(self, port: int) -> list[str]:
