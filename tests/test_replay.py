@@ -390,7 +390,6 @@ def test_server_layout_is_set_not_inherited(monkeypatch) -> None:
     take that harness's layout and log level from the environment (engine_env_defaults)."""
     from feather_sched.harness.vllm_engine import engine_env_defaults
     from feather_sched.harness.vllm_server import ServerSpec
-
     from feather_sched.integrations.vllm_local import CPU_THREAD_DEFAULTS
 
     for key in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_LOGGING_LEVEL", *CPU_THREAD_DEFAULTS):
