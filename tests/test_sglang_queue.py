@@ -33,13 +33,17 @@ def interleaved(n: int) -> list[SimpleNamespace]:
     return [req(f"{g}{i}", g) for i in range(n) for g in "ABCD"]
 
 
-def scheduler_loop(queue: SGLangQueue, waiting: list, fits: int) -> list:
+def scheduler_loop(
+    queue: SGLangQueue, waiting: list, fits: int, kv_tokens: int | None = None
+) -> list:
     """SGLang's loop shape (scheduler.py `for req in self.waiting_queue`): offer in list order,
     stop at the first non-admission, go on past a skip; the adder here admits `fits`
-    requests."""
+    requests and has `kv_tokens` of room (None: unknown), each admission taking its
+    uncached prompt and output."""
     admitted: list = []
     for r in waiting:
-        offer = queue.before_offer(r, nothing_admitted=not admitted)
+        room = None if kv_tokens is None else kv_tokens - sum(map(kv_need, admitted))
+        offer = queue.before_offer(r, nothing_admitted=not admitted, room=room)
         if offer is Offer.STOP:
             break
         if offer is Offer.SKIP:
@@ -51,6 +55,10 @@ def scheduler_loop(queue: SGLangQueue, waiting: list, fits: int) -> list:
         if not ok:
             break
     return admitted
+
+
+def kv_need(r: SimpleNamespace) -> int:
+    return len(r.origin_input_ids) - getattr(r, "prefix_len", 0) + r.sampling_params.max_new_tokens
 
 
 def test_pass_orders_by_prefix_group_lazily():
@@ -191,14 +199,21 @@ def test_config_rejects_bad_values():
 RADIX = SimpleNamespace(disable=False)  # SGLang's radix cache, on (only `disable` is read)
 
 
-def radix_pass(q: SGLangQueue, waiting: list, running: list, cached: set, fits: int) -> list:
+def radix_pass(
+    q: SGLangQueue,
+    waiting: list,
+    running: list,
+    cached: set,
+    fits: int,
+    kv_tokens: int | None = None,
+) -> list:
     """One SGLang pass with its radix cache: each offered request's `prefix_len` is its group
     prefix if that prefix was computed by an earlier pass (SGLang matches it just before
     offering), else 0. The pass's prefills then run: their prefixes become cached."""
     for r in waiting:
         r.prefix_len = len(PREFIX[r.rid[0]]) if r.rid[0] in cached else 0
     q.begin_pass(waiting, running)
-    batch = scheduler_loop(q, waiting, fits)
+    batch = scheduler_loop(q, waiting, fits, kv_tokens)
     for r in batch:
         waiting.remove(r)
         running.append(r)
@@ -235,6 +250,21 @@ def test_after_a_deferral_the_policy_still_says_stop():
     assert [r.rid for r in radix_pass(q2, waiting, running, cached, fits=2)] == ["A0", "B0"]
 
 
+def test_after_a_deferral_the_skipped_group_keeps_its_kv_room():
+    """Each request: 144 prompt tokens (A's 128 shared) + 8 out = 152; A's three waiting
+    members take 16 + 8 = 24 each once A0 has computed the prefix: 72 kept free. With room
+    for B0 and 72 more, B0 joins A0; with less, the pass stops and A's members get it."""
+    for kv_tokens, first in ((152 + 152 + 72, ["A0", "B0"]), (152 + 152 + 71, ["A0"])):
+        q = SGLangQueue(GroupedPolicy(), chunk_tokens=32, tree_cache=RADIX)
+        waiting, running, cached = interleaved(4), [], set()
+        batch = radix_pass(q, waiting, running, cached, fits=100, kv_tokens=kv_tokens)
+        assert [r.rid for r in batch] == first
+        assert q.stats.stops == 0  # the room rule, not the policy's STOP
+        room = kv_tokens - sum(map(kv_need, batch))
+        members = radix_pass(q, waiting, running, cached, fits=100, kv_tokens=room)
+        assert [r.rid for r in members][:3] == ["A1", "A2", "A3"]
+
+
 def test_without_a_radix_cache_nothing_is_deferred():
     q = SGLangQueue(GroupedPolicy(), chunk_tokens=32, tree_cache=SimpleNamespace(disable=True))
     waiting, running, cached = interleaved(2), [], set()
@@ -249,14 +279,15 @@ def test_without_a_radix_cache_nothing_is_deferred():
     st.lists(st.integers(1, 6), min_size=1, max_size=8),
     st.booleans(),
     st.sampled_from(["grouped", "feather"]),
+    st.one_of(st.none(), st.integers(100, 2000)),
 )
-@example(list("AAAAAAAAAAAAAABBCC"), [1], False, "feather")  # CI found: STOPs took passes
-def test_deferral_never_loses_duplicates_or_starves(groups, fits, finish, policy):
-    """Any arrivals, any adder capacity per pass, requests finishing or not: every request is
-    admitted exactly once and the CHT follows SGLang's lists. A deferral never wastes a
-    pass (its group's prefix is cached by the next), so under `grouped`, which never says
-    STOP, every pass admits someone; `feather` may also spend passes on exploratory STOPs,
-    a bounded number (its budget)."""
+@example(list("AAAAAAAAAAAAAABBCC"), [1], False, "feather", None)  # CI: STOPs took passes
+def test_deferral_never_loses_duplicates_or_starves(groups, fits, finish, policy, kv_tokens):
+    """Any arrivals, any adder capacity and KV room per pass, requests finishing or not: every
+    request is admitted exactly once and the CHT follows SGLang's lists. A deferral never
+    wastes a pass (its group's prefix is cached by the next), so under `grouped`, which
+    never says STOP, every pass admits someone; `feather` may also spend passes on
+    exploratory STOPs, a bounded number (its budget)."""
     from feather_sched.policies.registry import make_policy
 
     reqs = [req(f"{g}{i}", g) for i, g in enumerate(groups)]
@@ -266,7 +297,7 @@ def test_deferral_never_loses_duplicates_or_starves(groups, fits, finish, policy
     for n in range(limit):
         if not waiting:
             break
-        admitted += radix_pass(q, waiting, running, cached, fits[n % len(fits)])
+        admitted += radix_pass(q, waiting, running, cached, fits[n % len(fits)], kv_tokens)
         if finish:
             running.clear()  # they finished: the next pass runs nothing
         q.sync(waiting, running)

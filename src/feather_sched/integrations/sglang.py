@@ -225,7 +225,8 @@ class FeatherAdderMixin:
     def add_one_req(self, req: Any, *args: Any, **kwargs: Any) -> Any:
         queue = self._feather_queue
         can_run = self.can_run_list  # type: ignore[attr-defined]
-        offer = queue.before_offer(req, nothing_admitted=not can_run)
+        room = getattr(self, "rem_total_tokens", None)
+        offer = queue.before_offer(req, nothing_admitted=not can_run, room=room)
         if offer is not Offer.TRY:  # SGLang's loop breaks on STOP, goes on after CONTINUE
             return self._feather_stop if offer is Offer.STOP else self._feather_continue
         result = super().add_one_req(req, *args, **kwargs)  # type: ignore[misc]

@@ -28,7 +28,7 @@ import time
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from operator import attrgetter
 from typing import Any
@@ -39,6 +39,7 @@ from feather_sched.host.admission import AdmissionPass, Hosted, PolicyHost
 from feather_sched.host.tracker import RequestFields, RequestTracker, chunk_blocks
 from feather_sched.integrations.list_snapshot import ListSnapshot, move
 from feather_sched.policies.base import Policy
+from feather_sched.policies.kv_gate import CLIP_TOKENS
 from feather_sched.request import Request
 from feather_sched.settings import PolicyStateSaver
 
@@ -90,6 +91,17 @@ class _Pass:
     deferring: bool = False
     """A candidate's prefix was in flight: the rest of the pass walks SGLang's list order,
     each request asked ADD/STOP, those whose prefix is in flight skipped."""
+    deferred: set = field(default_factory=set)
+    """The in-flight prefixes (CHT keys) whose waiting members this pass skips."""
+    reserved: int = 0
+    """KV tokens those members will take next pass (kept free: `_offer_in_list_order`)."""
+
+
+def _kv_need(req: Any, cached: int) -> int:
+    """KV tokens `req` takes with `cached` prompt tokens in the cache: the rest of its prompt
+    and its output (clipped as SGLang's adder clips it, `CLIP_MAX_NEW_TOKENS`)."""
+    out = _max_new_tokens(req) or 0
+    return max(0, len(req.origin_input_ids) - cached) + min(int(out), CLIP_TOKENS)
 
 
 class SGLangQueue(Hosted):
@@ -308,8 +320,10 @@ class SGLangQueue(Hosted):
             self._advance(p, 0)
         self.stats.ordering_s += self.timer() - t0
 
-    def before_offer(self, req: Any, nothing_admitted: bool) -> Offer:
-        """The scheduler offers `req` to the adder: try it, STOP the pass, or skip it."""
+    def before_offer(self, req: Any, nothing_admitted: bool, room: int | None = None) -> Offer:
+        """The scheduler offers `req` to the adder: try it, STOP the pass, or skip it. `room`:
+        the KV tokens the adder has left after the running requests' growth (SGLang's
+        `rem_total_tokens`; None where unknown)."""
         t0 = self.timer()
         try:
             p = self._pass
@@ -318,7 +332,7 @@ class SGLangQueue(Hosted):
             if p.stopped:
                 return self._never_stall(p, req, nothing_admitted)
             if p.deferring:
-                return self._offer_in_list_order(p, req, nothing_admitted)
+                return self._offer_in_list_order(p, req, nothing_admitted, room)
             if req.rid != p.pending:
                 # The scheduler skipped our candidate (LoRA limit, pooling mode, storage
                 # prefetch: `continue` before add_one_req) or walks another list: let SGLang
@@ -328,26 +342,49 @@ class SGLangQueue(Hosted):
                 return Offer.TRY
             if self._prefix_in_flight(req):
                 p.deferring, p.pending = True, None
-                return self._offer_in_list_order(p, req, nothing_admitted)
+                return self._offer_in_list_order(p, req, nothing_admitted, room)
             return self._decide(p, req, nothing_admitted)
         finally:
             self.stats.ordering_s += self.timer() - t0
 
-    def _offer_in_list_order(self, p: _Pass, req: Any, nothing_admitted: bool) -> Offer:
+    def _offer_in_list_order(
+        self, p: _Pass, req: Any, nothing_admitted: bool, room: int | None
+    ) -> Offer:
         """After a deferral: the policy's order would offer the in-flight group's members one
         after another (its order follows the running batch, which now holds the group), so
         the rest of the pass takes SGLang's list as it stands (arrival order past Feather's
         picks) and fills the step's budget with requests that compute nothing twice; each
         is still the policy's ADD or STOP. A request whose prefix is in flight waits a pass
-        and finds it cached. Mamba state that SGLang matched for it would be freed only on a
-        break (`Scheduler._get_new_batch_prefill_raw`), so such a request ends the pass."""
-        if not self._prefix_in_flight(req):
+        and finds it cached. The pass stops where admitting `req` would leave less KV than
+        the skipped groups take next pass: under KV pressure their room goes to them, as
+        ending the pass would give it, rather than to new prefixes mixed in. Mamba state
+        that SGLang matched for a skipped request would be freed only on a break
+        (`Scheduler._get_new_batch_prefill_raw`), so such a request ends the pass."""
+        if self._prefix_in_flight(req):
+            self.stats.deferrals += 1
+            self._reserve_group(p, req)
+            if not getattr(getattr(req, "kv", None), "holds_mamba", False):
+                return Offer.SKIP
+        elif (
+            room is None
+            or room - _kv_need(req, int(getattr(req, "prefix_len", 0) or 0)) >= p.reserved
+        ):
             return self._decide(p, req, nothing_admitted)
-        self.stats.deferrals += 1
-        if getattr(getattr(req, "kv", None), "holds_mamba", False):
-            p.stopped = True
-            return self._never_stall(p, req, nothing_admitted)
-        return Offer.SKIP
+        p.stopped = True
+        return self._never_stall(p, req, nothing_admitted)
+
+    def _reserve_group(self, p: _Pass, req: Any) -> None:
+        """Count once the KV the waiting members of `req`'s in-flight prefix need next pass:
+        each its part past the prefix and its output, up to the free request slots."""
+        index = self.index
+        matched = index.matched_chunks(req.rid)
+        key = index.keys_of(req.rid)[matched - 1]
+        if key in p.deferred:
+            return
+        p.deferred.add(key)
+        slots = max(1, self.max_num_seqs - index.num_running)
+        members = min(index.group_size(req.rid, matched), slots)
+        p.reserved += members * _kv_need(req, matched * index.chunk_size)
 
     def _decide(self, p: _Pass, req: Any, nothing_admitted: bool) -> Offer:
         if p.step.accept(req.rid):
