@@ -42,7 +42,8 @@ def scheduler_loop(
     uncached prompt and output."""
     admitted: list = []
     for r in waiting:
-        room = None if kv_tokens is None else kv_tokens - sum(map(kv_need, admitted))
+        left = None if kv_tokens is None else kv_tokens - sum(map(kv_need, admitted))
+        room = None if left is None else (lambda left=left: left)
         offer = queue.before_offer(r, nothing_admitted=not admitted, room=room)
         if offer is Offer.STOP:
             break

@@ -225,7 +225,7 @@ class FeatherAdderMixin:
     def add_one_req(self, req: Any, *args: Any, **kwargs: Any) -> Any:
         queue = self._feather_queue
         can_run = self.can_run_list  # type: ignore[attr-defined]
-        room = getattr(self, "rem_total_tokens", None)
+        room = self._feather_room if hasattr(type(self), "rem_total_tokens") else None
         offer = queue.before_offer(req, nothing_admitted=not can_run, room=room)
         if offer is not Offer.TRY:  # SGLang's loop breaks on STOP, goes on after CONTINUE
             return self._feather_stop if offer is Offer.STOP else self._feather_continue
@@ -237,6 +237,10 @@ class FeatherAdderMixin:
             chunked=getattr(self, "new_chunked_req", None) is req,
         )
         return result
+
+    def _feather_room(self) -> float:
+        """KV tokens left after the running requests' growth (read only when needed)."""
+        return self.rem_total_tokens  # type: ignore[attr-defined]
 
     def add_chunked_req(self, req: Any, *args: Any, **kwargs: Any) -> Any:
         result = super().add_chunked_req(req, *args, **kwargs)  # type: ignore[misc]

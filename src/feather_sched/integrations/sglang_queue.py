@@ -320,10 +320,12 @@ class SGLangQueue(Hosted):
             self._advance(p, 0)
         self.stats.ordering_s += self.timer() - t0
 
-    def before_offer(self, req: Any, nothing_admitted: bool, room: int | None = None) -> Offer:
+    def before_offer(
+        self, req: Any, nothing_admitted: bool, room: Callable[[], float] | None = None
+    ) -> Offer:
         """The scheduler offers `req` to the adder: try it, STOP the pass, or skip it. `room`:
-        the KV tokens the adder has left after the running requests' growth (SGLang's
-        `rem_total_tokens`; None where unknown)."""
+        reads the KV tokens the adder has left after the running requests' growth (SGLang's
+        `rem_total_tokens`, read only after a deferral; None where unknown)."""
         t0 = self.timer()
         try:
             p = self._pass
@@ -348,7 +350,7 @@ class SGLangQueue(Hosted):
             self.stats.ordering_s += self.timer() - t0
 
     def _offer_in_list_order(
-        self, p: _Pass, req: Any, nothing_admitted: bool, room: int | None
+        self, p: _Pass, req: Any, nothing_admitted: bool, room: Callable[[], float] | None
     ) -> Offer:
         """After a deferral: the policy's order would offer the in-flight group's members one
         after another (its order follows the running batch, which now holds the group), so
@@ -367,7 +369,7 @@ class SGLangQueue(Hosted):
                 return Offer.SKIP
         elif (
             room is None
-            or room - _kv_need(req, int(getattr(req, "prefix_len", 0) or 0)) >= p.reserved
+            or room() - _kv_need(req, int(getattr(req, "prefix_len", 0) or 0)) >= p.reserved
         ):
             return self._decide(p, req, nothing_admitted)
         p.stopped = True
