@@ -221,11 +221,12 @@ class FeatherAdderMixin:
     _feather_queue: SGLangQueue
     _feather_stop: Any
     _feather_continue: Any
+    _feather_has_room: bool  # the base adder reports `rem_total_tokens`
 
     def add_one_req(self, req: Any, *args: Any, **kwargs: Any) -> Any:
         queue = self._feather_queue
         can_run = self.can_run_list  # type: ignore[attr-defined]
-        room = self._feather_room if hasattr(type(self), "rem_total_tokens") else None
+        room = self._feather_room if self._feather_has_room else None
         offer = queue.before_offer(req, nothing_admitted=not can_run, room=room)
         if offer is not Offer.TRY:  # SGLang's loop breaks on STOP, goes on after CONTINUE
             return self._feather_stop if offer is Offer.STOP else self._feather_continue
@@ -263,6 +264,7 @@ def feather_adder_class(base: type, queue: SGLangQueue) -> type:
             "_feather_queue": queue,
             "_feather_stop": AddReqResult.OTHER,
             "_feather_continue": AddReqResult.CONTINUE,
+            "_feather_has_room": hasattr(base, "rem_total_tokens"),
             "__module__": __name__,
         },
     )

@@ -344,7 +344,7 @@ class SGLangQueue(Hosted):
                 return Offer.TRY
             if self._prefix_in_flight(req):
                 p.deferring, p.pending = True, None
-                return self._offer_in_list_order(p, req, nothing_admitted, room)
+                return self._skip(p, req, nothing_admitted)
             return self._decide(p, req, nothing_admitted)
         finally:
             self.stats.ordering_s += self.timer() - t0
@@ -363,15 +363,19 @@ class SGLangQueue(Hosted):
         that SGLang matched for a skipped request would be freed only on a break
         (`Scheduler._get_new_batch_prefill_raw`), so such a request ends the pass."""
         if self._prefix_in_flight(req):
-            self.stats.deferrals += 1
-            self._reserve_group(p, req)
-            if not getattr(getattr(req, "kv", None), "holds_mamba", False):
-                return Offer.SKIP
-        elif (
-            room is None
-            or room() - _kv_need(req, int(getattr(req, "prefix_len", 0) or 0)) >= p.reserved
-        ):
+            return self._skip(p, req, nothing_admitted)
+        cached = int(getattr(req, "prefix_len", 0) or 0)
+        if room is None or room() - _kv_need(req, cached) >= p.reserved:
             return self._decide(p, req, nothing_admitted)
+        p.stopped = True
+        return self._never_stall(p, req, nothing_admitted)
+
+    def _skip(self, p: _Pass, req: Any, nothing_admitted: bool) -> Offer:
+        """Defer `req`, whose prefix is in flight: skipped, its group's KV kept for next pass."""
+        self.stats.deferrals += 1
+        self._reserve_group(p, req)
+        if not getattr(getattr(req, "kv", None), "holds_mamba", False):
+            return Offer.SKIP
         p.stopped = True
         return self._never_stall(p, req, nothing_admitted)
 
