@@ -21,15 +21,20 @@ from feather_sched.policies.grouped import GroupedPolicy
 PREFIX = {g: [1000 * (i + 1) + t for t in range(128)] for i, g in enumerate("ABCD")}
 
 
-def req(rid: str, group: str, tail: int = 16) -> SimpleNamespace:
+class Req(SimpleNamespace):
+    """A request as SGLang's `Req` compares: by identity (SGLang puts them in sets)."""
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+
+def req(rid: str, group: str, tail: int = 16) -> Req:
     rng = random.Random(rid)
     ids = array("q", PREFIX[group] + [rng.randrange(5000, 30000) for _ in range(tail)])
-    return SimpleNamespace(
-        rid=rid, origin_input_ids=ids, sampling_params=SimpleNamespace(max_new_tokens=8)
-    )
+    return Req(rid=rid, origin_input_ids=ids, sampling_params=SimpleNamespace(max_new_tokens=8))
 
 
-def interleaved(n: int) -> list[SimpleNamespace]:
+def interleaved(n: int) -> list[Req]:
     return [req(f"{g}{i}", g) for i in range(n) for g in "ABCD"]
 
 
@@ -314,8 +319,7 @@ def test_identical_prompts_are_not_deferred_behind_each_other():
     q = SGLangQueue(GroupedPolicy(), chunk_tokens=32, block_size=32, tree_cache=RADIX)
     ids = array("q", PREFIX["A"])
     twins = [
-        SimpleNamespace(rid=r, origin_input_ids=ids, sampling_params=SimpleNamespace())
-        for r in ("s0", "s1")
+        Req(rid=r, origin_input_ids=ids, sampling_params=SimpleNamespace()) for r in ("s0", "s1")
     ]
     q.begin_pass(twins[:1], [])
     assert scheduler_loop(q, twins[:1], fits=1) == twins[:1]
@@ -425,8 +429,10 @@ def test_position_finds_requests_in_a_sorted_or_resorted_list():
     q = SGLangQueue(GroupedPolicy(), chunk_tokens=32)
     waiting = interleaved(10)
     q.sync(waiting, [])
-    assert [q._position(waiting, r.rid, 0) for r in waiting] == list(range(len(waiting)))
+    assert [q._position(waiting, r, 0) for r in waiting] == list(range(len(waiting)))
     waiting.reverse()
-    assert [q._position(waiting, r.rid, 0) for r in waiting] == list(range(len(waiting)))
+    assert [q._position(waiting, r, 0) for r in waiting] == list(range(len(waiting)))
+    stranger = req("Z0", "A")  # never seen waiting: not in the order, found by the scan
+    assert q._position([*waiting, stranger], stranger, 3) == len(waiting)
     with pytest.raises(ValueError):
-        q._position(waiting[:5], waiting[7].rid, 0)
+        q._position(waiting[:5], waiting[7], 0)

@@ -148,6 +148,9 @@ class AdmissionPass:
         self._seen: set[str] = set()
         self._forced = False
         self._candidates: Iterator[str] | None = None
+        self.engine_order = True
+        """True once the rest of the step belongs to the engine's own order (a plain
+        attribute: the SGLang adapter reads it on every offer)."""
         policy, stats = host.policy, host.stats
         try:
             if allow_queue_order and policy.follows_queue_order(view):
@@ -156,12 +159,9 @@ class AdmissionPass:
                 stats.policy_steps += 1
                 policy.begin_step(view)
                 self._candidates = iter(policy.candidates(view))
+                self.engine_order = False
         except Exception as err:
             host.failed(err)
-
-    @property
-    def engine_order(self) -> bool:
-        return self._candidates is None
 
     def next_candidate(self) -> str | None:
         """The policy's next candidate, or None when it has none left (or failed: then the
@@ -218,6 +218,7 @@ class AdmissionPass:
     def close(self) -> None:
         """End the step: close the policy's candidate generator (its `finally` runs now)."""
         candidates, self._candidates = self._candidates, None
+        self.engine_order = True
         close = getattr(candidates, "close", None)
         if close is not None:
             close()

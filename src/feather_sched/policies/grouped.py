@@ -19,8 +19,8 @@ def grouped_candidates(view: SchedulerView) -> Iterator[str]:
     each admission, so the batch's growing prefix steers the next pick."""
     index = view.index
     while view.num_waiting:
-        cand = index.best_candidate()
-        yield cand.request_id if cand is not None else next(view.waiting_ids())
+        rid = index.best_waiting()
+        yield rid if rid is not None else next(view.waiting_ids())
 
 
 class GroupedPolicy(Policy):
