@@ -180,7 +180,9 @@ class ChunkedHashTree:
 
     def admit(self, request_id: str) -> None:
         """Waiting -> running (the scheduler admitted it)."""
-        path = self._path(self._expect(request_id, RequestState.WAITING, "admit"))
+        if self._state.get(request_id) is not RequestState.WAITING:
+            self._expect(request_id, RequestState.WAITING, "admit")  # raises
+        path = self._path(self._leaf[request_id])
         for node in path:
             del node.waiting[request_id]
         self._add_running(path)
@@ -221,7 +223,9 @@ class ChunkedHashTree:
     # ------------------------------------------------------------------ queries
     def matched_chunks(self, request_id: str) -> int:
         """Leading chunks of this request held by at least one running request."""
-        node, root = self._leaf[self._known(request_id)], self._root
+        node, root = self._leaf.get(request_id), self._root
+        if node is None:
+            self._known(request_id)  # raises
         while node is not root and not node.running:
             node = node.parent  # type: ignore[assignment]
         return node.end
@@ -312,7 +316,14 @@ class ChunkedHashTree:
 
     def best_waiting(self) -> str | None:
         """The request id `best_candidate` names, without building its `Candidate` (a
-        frozen dataclass: ~1 us, on the admission hot path once per admission)."""
+        frozen dataclass: ~1 us, on the admission hot path once per admission). The usual
+        case, a live head and no compaction due, is read here without the calls of
+        `_drop_stale_hot`."""
+        hot = self._hot
+        if hot and (len(hot) <= 64 or len(hot) <= 4 * self._running_keys):
+            node = self._in_hot[hot[0][2]]
+            if node.alive and node.running and node.waiting:
+                return next(iter(node.waiting))
         self._drop_stale_hot()
         if not self._hot:
             return None

@@ -18,9 +18,13 @@ def grouped_candidates(view: SchedulerView) -> Iterator[str]:
     """Live CHT order: best-matching waiting request, else the queue head. Re-evaluated after
     each admission, so the batch's growing prefix steers the next pick."""
     index = view.index
-    while view.num_waiting:
+    while True:
         rid = index.best_waiting()
-        yield rid if rid is not None else next(view.waiting_ids())
+        if rid is None:
+            rid = next(view.waiting_ids(), None)
+            if rid is None:
+                return
+        yield rid
 
 
 class GroupedPolicy(Policy):
