@@ -436,3 +436,43 @@ def test_position_finds_requests_in_a_sorted_or_resorted_list():
     assert q._position([*waiting, stranger], stranger, 3) == len(waiting)
     with pytest.raises(ValueError):
         q._position(waiting[:5], waiting[7], 0)
+
+
+@given(st.integers(1, 30), st.data())
+def test_snapshot_reads_only_the_tail_after_admissions_anywhere_in_the_pass(n, data):
+    """Feather moves candidates to the head, SGLang admits some entries in list order (past
+    skipped ones too: the deferral), filters them out (a new list, or the same one when it
+    admitted nothing) and appends arrivals: the snapshot names exactly the arrivals. An
+    abort or a reorder it did not see makes it answer None (the caller diffs it all)."""
+    from feather_sched.integrations.list_snapshot import ListSnapshot, move
+
+    queue = [object() for _ in range(n)]
+    snap = ListSnapshot()
+    snap.take(queue)
+    for slot in range(data.draw(st.integers(0, min(3, n)))):
+        j = data.draw(st.integers(slot, n - 1))
+        move(queue, j, slot)
+        snap.moved(j, slot)
+    picked = data.draw(st.sets(st.integers(0, n - 1), max_size=n))
+    admitted = [queue[i] for i in sorted(picked)]
+    for entry in admitted:
+        snap.admitted(entry)
+    tail = [object() for _ in range(data.draw(st.integers(0, 3)))]
+    if admitted or data.draw(st.booleans()):
+        gone = set(map(id, admitted))
+        after = [x for x in queue if id(x) not in gone] + tail  # SGLang's new list
+    else:
+        after = queue  # kept: appended in place
+        after.extend(tail)
+    unseen = data.draw(st.sampled_from(["none", "abort", "swap"]))
+    kept = len(after) - len(tail)
+    if unseen == "abort" and kept:
+        del after[data.draw(st.integers(0, kept - 1))]
+    elif unseen == "swap" and kept >= 2:
+        after[0], after[kept - 1] = after[kept - 1], after[0]
+    else:
+        unseen = "none"
+    got = snap.appended(after)
+    assert got == tail if unseen == "none" else got is None
+    snap.take(after)  # the next pass starts from a copy equal to the list
+    assert snap.appended(after) == []

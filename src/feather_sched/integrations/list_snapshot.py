@@ -37,26 +37,20 @@ def move(entries: list, j: int, slot: int) -> None:
 class ListSnapshot:
     """The waiting list as Feather left it, and the requests admitted from it since.
 
-    The list Feather reordered in a pass is usually replaced by SGLang afterwards (the
-    admitted filtered out into a new list), so that object itself, which SGLang dropped, is
-    the list as the pass left it: the snapshot takes it over. Only when SGLang keeps the
-    object (a pass that admitted nothing, then appends) is a copy needed: one is kept from
-    each sync and Feather's moves are replayed on it then, not as they happen.
-
-    Checking costs C-speed work on the entries that moved, not on the whole list: the
-    snapshot's own list is edited into what SGLang's should now be (the admitted taken out,
-    the tail appended) and compared by identity (a pointer compare an entry, no reference
-    counting), and it then serves as the next copy. Slices and copies of the whole list
-    would touch every request's reference count: at 10,000 waiting that was ~0.26 ms a pass
-    on the dev VM (benchmarks/sglang.md).
+    A copy of the list is kept from each sync, and Feather's moves are replayed on it at the
+    next (a memmove each, no reference counting). Checking the next list then costs C-speed
+    work on the entries that changed, not on the whole list: the copy is edited into what
+    SGLang's list should now be (the admitted taken out, the tail appended), compared by
+    identity (a pointer compare an entry), and kept as the next copy. Slicing or copying the
+    whole list would touch every request's reference count: at 10,000 waiting that was ~0.26
+    ms a pass on the dev VM (benchmarks/sglang.md). SGLang's own lists are only read.
     """
 
-    __slots__ = ("_admitted", "_copy", "_moves", "_ref", "fast", "full")
+    __slots__ = ("_admitted", "_copy", "_moves", "fast", "full")
 
     def __init__(self) -> None:
-        self._ref: list | None = None
         self._copy: list | None = None
-        """A list of our own equal to `_ref` when it was taken (None: copy it when needed)."""
+        """Our own list, equal to SGLang's when it was taken (None: nothing known)."""
         self._moves: list[tuple[int, int]] = []
         self._admitted: list = []
         self.fast = 0
@@ -66,10 +60,9 @@ class ListSnapshot:
         """Syncs that diffed the whole list."""
 
     def take(self, queue: list) -> None:
-        """Remember `queue` as it is now (the object; our copy, when `appended` has just
-        made one equal to it, else one made now)."""
+        """Remember `queue` as it is now (our copy: the one `appended` has just made equal to
+        it, else one made now)."""
         copy = self._copy
-        self._ref = queue
         self._copy = copy if copy is not None and copy == queue else list(queue)
         self._moves, self._admitted = [], []
 
@@ -86,7 +79,7 @@ class ListSnapshot:
         None when `queue` is not that (then nothing is known, and the caller diffs it all).
         SGLang keeps the rest in order (`[x for x in waiting_queue if x not in can_run_set]`),
         and the admitted are in the list's order, the last of them as far as its pass went."""
-        snap, done = self._left_as(queue), self._admitted
+        snap, done = self._left_as(), self._admitted
         self._copy = None
         if snap is None or (done and not _drop_admitted(snap, done)):
             return None
@@ -100,15 +93,10 @@ class ListSnapshot:
         self._copy = snap
         return tail
 
-    def _left_as(self, queue: Sequence[Any]) -> list | None:
-        """Our own list as the last pass left SGLang's: the object itself when SGLang has
-        replaced it (and dropped it), else the copy with Feather's moves replayed."""
-        ref, copy = self._ref, self._copy
-        self._ref = None  # taken over: edited in place from here
-        if ref is None:
-            return None
-        if queue is not ref:
-            return ref
+    def _left_as(self) -> list | None:
+        """Our copy with Feather's moves replayed: the list as the last pass left it (SGLang
+        has since replaced that list, or kept it and appended to it)."""
+        copy = self._copy
         if copy is None:
             return None
         for j, slot in self._moves:
