@@ -46,11 +46,13 @@ class ListSnapshot:
     ms a pass on the dev VM (benchmarks/sglang.md). SGLang's own lists are only read.
     """
 
-    __slots__ = ("_admitted", "_copy", "_moves", "fast", "full")
+    __slots__ = ("_admitted", "_copy", "_equal", "_moves", "fast", "full")
 
     def __init__(self) -> None:
         self._copy: list | None = None
         """Our own list, equal to SGLang's when it was taken (None: nothing known)."""
+        self._equal = False
+        """`_copy` was just found equal to SGLang's list (by `appended`)."""
         self._moves: list[tuple[int, int]] = []
         self._admitted: list = []
         self.fast = 0
@@ -62,9 +64,9 @@ class ListSnapshot:
     def take(self, queue: list) -> None:
         """Remember `queue` as it is now (our copy: the one `appended` has just made equal to
         it, else one made now)."""
-        copy = self._copy
-        self._copy = copy if copy is not None and copy == queue else list(queue)
-        self._moves, self._admitted = [], []
+        if not self._equal or self._copy is None:
+            self._copy = list(queue)
+        self._moves, self._admitted, self._equal = [], [], False
 
     def moved(self, j: int, slot: int) -> None:
         """Feather moved entry `j` of the list to `slot`."""
@@ -80,7 +82,7 @@ class ListSnapshot:
         SGLang keeps the rest in order (`[x for x in waiting_queue if x not in can_run_set]`),
         and the admitted are in the list's order, the last of them as far as its pass went."""
         snap, done = self._left_as(), self._admitted
-        self._copy = None
+        self._copy, self._equal = None, False
         if snap is None or (done and not _drop_admitted(snap, done)):
             return None
         m = len(snap)
@@ -90,7 +92,7 @@ class ListSnapshot:
         snap.extend(tail)
         if snap != queue:  # identity first: a pointer compare an entry
             return None
-        self._copy = snap
+        self._copy, self._equal = snap, True
         return tail
 
     def _left_as(self) -> list | None:
