@@ -472,13 +472,14 @@ class SGLangQueue(Hosted):
                 self.host.stats.handovers += 1
                 p.step.hand_over()
                 return
-            move(queue, j, slot)
-            self.snapshot.moved(j, slot)
+            if j != slot:
+                move(queue, j, slot)
+                self.snapshot.moved(j, slot)
         p.pending = rid
         p.pos = slot
 
     def _position(self, queue: list, req: Any, slot: int) -> int:
-        """Where `req` stands in the list, after `slot` (ValueError: absent).
+        """Where `req` stands in the list, at `slot` or after (ValueError: absent).
 
         SGLang appends arrivals and retracted requests, so beyond the candidates Feather moved
         to the head its list is sorted by `RequestTracker.order`: a binary search finds the
