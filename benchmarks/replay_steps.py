@@ -186,12 +186,20 @@ def _spec(args: argparse.Namespace, steps: Path) -> Any:
 
     feather = args.server == "feather"
     spec = server_specs(args.scenario, args.cache, model_in_core=True)[int(feather)]
+    return stepped_spec(spec, steps, json.loads(args.policy_options))
+
+
+def stepped_spec(spec: Any, steps: Path, policy_options: dict[str, Any] | None = None) -> Any:
+    """`spec` (a `harness.vllm_server.ServerSpec`) with its scheduler's steps logged to
+    `steps` (`SteppedFeatherScheduler` for Feather's, `SteppedScheduler` for vLLM's), the
+    Feather policy's options updated with `policy_options`. Before each run, write the
+    run's name to `steps.with_suffix(".run")`: each step's line carries it."""
     env = dict(spec.env)
-    if feather:
-        options = json.loads(env["FEATHER_POLICY_OPTIONS"])
-        env["FEATHER_POLICY_OPTIONS"] = json.dumps({**options, **json.loads(args.policy_options)})
-    env.update({STEPS_ENV: str(steps), "PYTHONPATH": str(HERE)})
-    cls = "SteppedFeatherScheduler" if feather else "SteppedScheduler"
+    if spec.feather and policy_options:
+        options = json.loads(env.get("FEATHER_POLICY_OPTIONS", "{}"))
+        env["FEATHER_POLICY_OPTIONS"] = json.dumps({**options, **policy_options})
+    env.update({STEPS_ENV: str(steps.resolve()), "PYTHONPATH": str(HERE)})
+    cls = "SteppedFeatherScheduler" if spec.feather else "SteppedScheduler"
     return dataclasses.replace(spec, env=tuple(env.items()), scheduler_cls=f"replay_steps.{cls}")
 
 
