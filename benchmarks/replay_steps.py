@@ -144,23 +144,35 @@ def step_summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def show(paths: list[Path]) -> str:
-    """Every run of the step logs named, summarized (`step_summary`), one line each."""
+def summaries(paths: list[Path]) -> list[dict[str, Any]]:
+    """Every run of the step logs named, summarized (`step_summary`), with its log's path
+    and the run's name (the in-process bench's logs: workload and repeat)."""
     out = []
     for path in paths:
         runs: dict[str, list[dict[str, Any]]] = {}
         for text in path.read_text().splitlines():
             line = json.loads(text)
-            runs.setdefault(str(line.get("run", line.get("workload"))), []).append(line)
+            run = line.get("run", f"{line.get('workload')}:{line.get('repeat')}")
+            runs.setdefault(str(run), []).append(line)
+        rows = path.with_name("server-runs.json")  # this script's runs, beside their log
+        measured = {r["run"]: r for r in json.loads(rows.read_text())} if rows.exists() else {}
         for run, lines in runs.items():
-            out.append(f"{path.name} {run}: {json.dumps(step_summary(lines))}")
-    return "\n".join(out)
+            row = measured.get(run, {})
+            client = {k: row[k] for k in RUN_FIELDS if k in row}
+            log = f"{path.parent.name}/{path.name}"
+            out.append({"log": log, "run": run, **client, **step_summary(lines)})
+    return out
+
+
+RUN_FIELDS = ("output_tok_s", "server_iterations", "server_cpu_s", "client_cpu_s", "machine_busy_s")
+"""What `summaries` takes from a run's row (`server-runs.json`) beside its steps."""
 
 
 def _parse(argv: list[str] | None, scenarios: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("scenario", choices=scenarios)
     parser.add_argument("--show", nargs="+", type=Path, help="Summarize these step logs.")
+    parser.add_argument("--record", type=Path, help="With --show: also write them as JSON.")
     parser.add_argument("--out", type=Path, help="Where the logs go (required to run).")
     parser.add_argument("--runs", default="paper-32g,no-sharing,paper-32g")
     parser.add_argument(
@@ -221,7 +233,13 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parse(argv, sorted(SCENARIOS))
     if args.show:
-        print(show(args.show))
+        runs = summaries(args.show)
+        for run in runs:
+            print(json.dumps(run))
+        if args.record is not None:
+            from feather_sched.bench.machine import write_record
+
+            write_record(args.record, runs=runs)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     steps = (args.out / "server-steps.jsonl").resolve()
