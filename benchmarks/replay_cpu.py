@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from replay_ab import MODEL_IN_CORE_HELP, PRIOR, SCENARIOS, server_specs
-from replay_steps import stepped_spec
 
 from feather_sched.bench.machine import write_record
 from feather_sched.bench.runner import config_provenance
@@ -219,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     intervals = [int(v) for v in args.stream_intervals.split(",")]
     specs = server_specs(args.scenario, args.cache, args.model_in_core)
     if args.step_logs is not None:
+        from replay_steps import stepped_spec  # imports vLLM (its schedulers subclass vLLM's)
+
         args.step_logs.mkdir(parents=True, exist_ok=True)
         logs = [args.step_logs / f"{label}-steps.jsonl" for label in LABELS]
         specs = [stepped_spec(spec, log) for spec, log in zip(specs, logs)]

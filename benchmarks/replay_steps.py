@@ -1,17 +1,21 @@
-"""What Feather's scheduler saw and did, step by step, on a live `vllm serve` (benchmarks/
-replay.md, "paper-32g: how the burst reaches the engine core"): the step log of the
-in-process bench (`feather bench --steps-out`), taken inside the server's engine core.
+"""What a live `vllm serve`'s scheduler saw and did, step by step (benchmarks/replay.md,
+"paper-32g on the server, step by step"): the in-process bench's step log (`feather bench
+--steps-out`), taken inside the server's engine core.
 
     python benchmarks/replay_steps.py no-pressure --out DIR --runs paper-32g,no-sharing,paper-32g
+    python benchmarks/replay_steps.py no-pressure --show DIR/server-steps.jsonl
 
-Starts one Feather server as benchmarks/replay_ab.py does (the model in the engine core)
-but with `SteppedFeatherScheduler`, which wraps the policy in `bench.steplog.StepRecorder`
-and adds to each step's line `arrived`: how many requests the engine core had received by
-then (vLLM's `add_request`). Then replays the named workloads against it one after
-another, as `feather replay` does, and writes `server-steps.jsonl` (every step of every
-run, `run` naming it) and `server-runs.json` (each run's row). The same server serves every
-run, so a later run meets the policy's state as the earlier ones left it, as in the A/B.
-The in-process side is `feather bench ... --steps-out` (replay.md gives the command).
+Starts one server as benchmarks/replay_ab.py does (the model in the engine core), Feather's
+(`--server feather`) or vLLM's own (`--server vllm`), with a logging subclass as its
+scheduler: `SteppedFeatherScheduler` wraps the policy in `bench.steplog.StepRecorder` and adds
+to each step's line `arrived`, how many requests the engine core had received by then (vLLM's
+`add_request`); `SteppedScheduler` writes the same fields for vLLM's scheduler. Then replays
+the named workloads against it one after another, as `feather replay` does, and writes
+`server-steps.jsonl` (every step of every run, `run` naming it) and `server-runs.json` (each
+run's row, with the CPU per process and the machine's busy seconds). The same server serves
+every run, so a later run meets the policy's state as the earlier ones left it, as in the A/B.
+`replay_cpu.py --step-logs` uses the same schedulers (`stepped_spec`) in its A/B; `--show`
+summarizes any of these logs and the in-process bench's (`summaries`).
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ class SteppedFeatherScheduler(FeatherScheduler):
 
 class SteppedScheduler(Scheduler):
     """vLLM's own scheduler with each step logged as `SteppedFeatherScheduler` logs it (no
-    decisions; prefix groups: distinct first KV blocks among the step's requests)."""
+    decisions; prefix groups: distinct first KV blocks among the step's requests; prefill
+    tokens: those of requests scheduled more than one token, as a decode is one)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
