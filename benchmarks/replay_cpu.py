@@ -57,8 +57,14 @@ def _cpu(servers: list[Served]) -> list[dict[str, float]]:
     return [process_cpu_s(s.pid) for s in servers]
 
 
-def _measured_run(servers, endpoints, i: int, work, spec: ReplaySpec) -> dict[str, Any]:
-    """One replay run against server `i`, with the CPU each process spent during it."""
+def _measured_run(
+    servers, endpoints, i: int, work, spec: ReplaySpec, steps: Path | None
+) -> dict[str, Any]:
+    """One replay run against server `i`, with the CPU each process spent during it; with
+    `steps` (--step-logs), the run's name goes on each of its steps' lines there."""
+    if steps is not None:
+        run = f"{work.name}:si{spec.client.stream_interval}:{time.time():.0f}"
+        (steps / f"{LABELS[i]}-steps.run").write_text(run)
     before, busy0, t0 = _cpu(servers), machine_busy_s(), time.perf_counter()
     row = run_once(endpoints[i], LABELS[i], work, spec)
     after, busy, wall = _cpu(servers), machine_busy_s() - busy0, time.perf_counter() - t0
@@ -82,6 +88,8 @@ def _inprocess(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     cmd += ["--model", "kv-bound", "-w", args.inprocess_workloads, "--policies", "feather"]
     cmd += ["--num-kv-blocks", str(SCENARIOS[args.scenario]), "--repeats", "1"]
     cmd += ["--max-batched-tokens", "8192", "--feather-hardware", str(PRIOR), "--json", str(out)]
+    if args.step_logs is not None:
+        cmd += ["--steps-out", str(args.step_logs / f"{out.stem}-steps.jsonl")]
     busy0, t0, own0 = machine_busy_s(), time.perf_counter(), _children_cpu_s()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     wall, own = time.perf_counter() - t0, _children_cpu_s() - own0
@@ -163,6 +171,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "feather")
     parser.add_argument("--model-in-core", action="store_true", help=MODEL_IN_CORE_HELP)
     parser.add_argument(
+        "--step-logs",
+        type=Path,
+        default=None,
+        help="Log every step of every run here (benchmarks/replay_steps.py's schedulers in "
+        "the servers, --steps-out in process): <label>-steps.jsonl, inprocess-*-steps.jsonl.",
+    )
+    parser.add_argument(
         "--lock",
         type=Path,
         default=None,
@@ -202,6 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     intervals = [int(v) for v in args.stream_intervals.split(",")]
     specs = server_specs(args.scenario, args.cache, args.model_in_core)
+    if args.step_logs is not None:
+        from replay_steps import stepped_spec  # imports vLLM (its schedulers subclass vLLM's)
+
+        args.step_logs.mkdir(parents=True, exist_ok=True)
+        logs = [args.step_logs / f"{label}-steps.jsonl" for label in LABELS]
+        specs = [stepped_spec(spec, log) for spec, log in zip(specs, logs)]
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         with _held(args.lock):
             servers = stack.enter_context(served(specs, Path(tmp)))
@@ -216,7 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         inprocess_runs: list[dict[str, Any]] = []
         for rep in range(args.repeats):
             with _held(args.lock):
-                runs += _replay_repeat(servers, endpoints, workloads, intervals, rep)
+                runs += _replay_repeat(
+                    servers, endpoints, workloads, intervals, rep, args.step_logs
+                )
                 _write(args, endpoints, intervals, runs, inprocess_runs)
                 if args.inprocess_workloads:
                     inprocess_runs += _inprocess_repeat(args, servers, Path(tmp), rep)
@@ -225,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _replay_repeat(servers, endpoints, workloads, intervals, rep: int) -> list[dict[str, Any]]:
+def _replay_repeat(
+    servers, endpoints, workloads, intervals, rep: int, steps: Path | None = None
+) -> list[dict[str, Any]]:
     """Repeat `rep`'s replay runs: every workload against both servers at every stream
     interval, the servers' and the intervals' order alternating between repeats."""
     order = [0, 1] if rep % 2 == 0 else [1, 0]
@@ -234,7 +259,7 @@ def _replay_repeat(servers, endpoints, workloads, intervals, rep: int) -> list[d
         spec = ReplaySpec(LABELS, client=ClientOptions(stream_interval=si))
         for work in workloads:
             for i in order:
-                row = _measured_run(servers, endpoints, i, work, spec)
+                row = _measured_run(servers, endpoints, i, work, spec, steps)
                 runs.append({**row, "repeat": rep})
                 print(_line(row), flush=True)
     return runs

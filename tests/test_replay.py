@@ -401,3 +401,43 @@ def test_server_layout_is_set_not_inherited(monkeypatch) -> None:
     assert default["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
     assert in_core["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert default["VLLM_LOGGING_LEVEL"] == in_core["VLLM_LOGGING_LEVEL"] == "INFO"
+
+
+def test_server_scheduler_class_is_feathers_vllms_or_the_one_named() -> None:
+    """`--scheduler-cls`: none for vLLM's own, Feather's for `feather`, and a named subclass
+    (benchmarks/replay_steps.py's logging schedulers) in place of either."""
+    from feather_sched.harness.vllm_server import FEATHER_SCHEDULER, ServerSpec
+
+    def cls(spec: ServerSpec) -> str | None:
+        cmd = spec.command(8000)
+        return cmd[cmd.index("--scheduler-cls") + 1] if "--scheduler-cls" in cmd else None
+
+    assert cls(ServerSpec("m")) is None
+    assert cls(ServerSpec("m", feather=True)) == FEATHER_SCHEDULER
+    assert cls(ServerSpec("m", scheduler_cls="steps.Logged")) == "steps.Logged"
+    assert cls(ServerSpec("m", feather=True, scheduler_cls="steps.Logged")) == "steps.Logged"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux CPU affinity")
+def test_pin_server_binds_the_api_process_and_everything_below_it() -> None:
+    """A parent over a child over a grandchild (API server, engine core, worker): the parent's
+    threads on the API CPUs, the two below on the engine's, as /proc reads them back."""
+    from feather_sched.harness.vllm_server import pin_server, process_levels
+
+    cpus = sorted(os.sched_getaffinity(0))
+    api, engine = {cpus[-1]}, {cpus[0]}
+    sleeper = "import time; time.sleep(60)"
+    middle = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {sleeper!r}]).wait()"
+    parent = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {middle!r}]).wait()"
+    proc = subprocess.Popen([sys.executable, "-c", parent], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while len(levels := process_levels(proc.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [len(level) for level in levels] == [1, 1, 1]
+        pin_server(proc.pid, engine, api)
+        got = [os.sched_getaffinity(next(iter(level))) for level in levels]
+        assert got == [api, engine, engine]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -36,6 +36,10 @@ class ServerSpec:
     """A model directory (e.g. `harness.tiny_llama.build_tiny_llama`'s)."""
     feather: bool = False
     """Feather's scheduler (its policy from FEATHER_POLICY, default `feather`)."""
+    scheduler_cls: str | None = None
+    """`--scheduler-cls` in place of the one `feather` picks (Feather's, or vLLM's own): a
+    subclass for a diagnosis (benchmarks/replay_steps.py), importable in the server's
+    environment."""
     max_model_len: int = 1024
     block_size: int = BLOCK_SIZE
     num_gpu_blocks: int | None = None
@@ -81,8 +85,9 @@ class ServerSpec:
             cmd += ["--num-gpu-blocks-override", str(self.num_gpu_blocks)]
         if self.model_in_core:
             cmd += ["--distributed-executor-backend", "uni"]
-        if self.feather:
-            cmd += ["--scheduler-cls", FEATHER_SCHEDULER]
+        cls = self.scheduler_cls or (FEATHER_SCHEDULER if self.feather else None)
+        if cls is not None:
+            cmd += ["--scheduler-cls", cls]
         return cmd
 
 
@@ -176,15 +181,10 @@ def _stat(pid: int) -> list[str]:
     return text[text.rindex(")") + 2 :].split()
 
 
-def process_cpu_s(pid: int) -> dict[str, float]:
-    """CPU seconds used so far by the API server process `pid` (`api`: it tokenizes,
-    detokenizes and streams), its children (`engine`: vLLM's engine core, which schedules,
-    beside multiprocessing's idle resource tracker) and everything below them (`worker`:
-    the model runner, a process of its own on vLLM's CPU backend). Linux only; a process
-    that exits between the reads is left out."""
+def _process_table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds so far) for every process readable in /proc."""
     tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    cpu: dict[int, float] = {}
+    table: dict[int, tuple[int, float]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -192,14 +192,52 @@ def process_cpu_s(pid: int) -> dict[str, float]:
             fields = _stat(int(entry.name))
         except (OSError, ValueError):
             continue
-        parents[int(entry.name)] = int(fields[1])
-        cpu[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
-    out = {"api": cpu.get(pid, 0.0), "engine": 0.0, "worker": 0.0}
+        table[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    return table
+
+
+def process_levels(pid: int) -> list[set[int]]:
+    """Process `pid`, then its children, then theirs, ... (Linux /proc)."""
+    parents = {p: parent for p, (parent, _) in _process_table().items()}
+    levels, level = [], {pid}
+    while level:
+        levels.append(level)
+        level = {c for c, p in parents.items() if p in level}
+    return levels
+
+
+def pin_server(pid: int, engine_cpus: set[int], api_cpus: set[int]) -> None:
+    """Bind every thread of a server's engine core (and anything below it) to `engine_cpus`
+    and the API server's threads to `api_cpus` (Linux), so the scheduler's loop keeps a core
+    of its own (benchmarks/replay.md, "The engine core's core")."""
+    levels = process_levels(pid)
+    for depth, level in enumerate(levels):
+        for proc in level:
+            pin_threads(proc, api_cpus if depth == 0 else engine_cpus)
+
+
+def pin_threads(pid: int, cpus: set[int]) -> None:
+    """Bind every thread of process `pid` to `cpus` (threads it starts later inherit it)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except (ProcessLookupError, FileNotFoundError):
+            continue  # a thread that ended meanwhile
+
+
+def process_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds used so far by the API server process `pid` (`api`: it tokenizes,
+    detokenizes and streams), its children (`engine`: vLLM's engine core, which schedules,
+    beside multiprocessing's idle resource tracker) and everything below them (`worker`:
+    the model runner, a process of its own on vLLM's CPU backend). Linux only; a process
+    that exits between the reads is left out."""
+    table = _process_table()
+    out = {"api": table[pid][1] if pid in table else 0.0, "engine": 0.0, "worker": 0.0}
     level, depth = {pid}, 0
     while level:
-        level = {c for c, p in parents.items() if p in level}
+        level = {c for c, (p, _) in table.items() if p in level}
         depth += 1
-        out["engine" if depth == 1 else "worker"] += sum(cpu[c] for c in level)
+        out["engine" if depth == 1 else "worker"] += sum(table[c][1] for c in level)
     return out
 
 
