@@ -196,20 +196,21 @@ def _process_table() -> dict[int, tuple[int, float]]:
     return table
 
 
-def process_levels(pid: int) -> list[set[int]]:
-    """Process `pid`, then its children, then theirs, ... (Linux /proc)."""
-    parents = {p: parent for p, (parent, _) in _process_table().items()}
+def process_levels(pid: int, table: dict[int, tuple[int, float]] | None = None) -> list[set[int]]:
+    """Process `pid`, then its children, then theirs, ... (Linux /proc; `table`: one
+    `_process_table` read to walk, else a fresh one)."""
+    table = _process_table() if table is None else table
     levels, level = [], {pid}
     while level:
         levels.append(level)
-        level = {c for c, p in parents.items() if p in level}
+        level = {c for c, (parent, _) in table.items() if parent in level}
     return levels
 
 
 def pin_server(pid: int, engine_cpus: set[int], api_cpus: set[int]) -> None:
     """Bind every thread of a server's engine core (and anything below it) to `engine_cpus`
     and the API server's threads to `api_cpus` (Linux), so the scheduler's loop keeps a core
-    of its own (benchmarks/replay.md, "The engine core's core")."""
+    of its own (benchmarks/replay.md, "paper-32g on the server, step by step")."""
     levels = process_levels(pid)
     for depth, level in enumerate(levels):
         for proc in level:
@@ -233,10 +234,7 @@ def process_cpu_s(pid: int) -> dict[str, float]:
     that exits between the reads is left out."""
     table = _process_table()
     out = {"api": table[pid][1] if pid in table else 0.0, "engine": 0.0, "worker": 0.0}
-    level, depth = {pid}, 0
-    while level:
-        level = {c for c, (p, _) in table.items() if p in level}
-        depth += 1
+    for depth, level in enumerate(process_levels(pid, table)[1:], start=1):
         out["engine" if depth == 1 else "worker"] += sum(table[c][1] for c in level)
     return out
 

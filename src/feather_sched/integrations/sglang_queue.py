@@ -315,7 +315,7 @@ class SGLangQueue(Hosted):
         """SGLang admitted `req`, which Feather holds waiting."""
         self.book.admit(req.rid)
         self.snapshot.admitted(req)
-        self.host.stats.admitted += 1
+        self.stats.admitted += 1
 
     # ------------------------------------------------------------------ one admission pass
     def begin_pass(self, waiting_queue: list, running: Iterable[Any] | None) -> None:
@@ -330,7 +330,7 @@ class SGLangQueue(Hosted):
         )
         if not p.step.engine_order:
             self._advance(p, 0)
-        self.host.stats.ordering_s += self.timer() - t0
+        self.stats.ordering_s += self.timer() - t0
 
     def before_offer(
         self, req: Any, nothing_admitted: bool, room: Callable[[], float] | None = None
@@ -359,7 +359,7 @@ class SGLangQueue(Hosted):
                 return self._skip(p, req, nothing_admitted)
             return self._decide(p, req, nothing_admitted)
         finally:
-            self.host.stats.ordering_s += self.timer() - t0
+            self.stats.ordering_s += self.timer() - t0
 
     def _offer_in_list_order(
         self, p: _Pass, req: Any, nothing_admitted: bool, room: Callable[[], float] | None
@@ -447,7 +447,7 @@ class SGLangQueue(Hosted):
             else:
                 p.pending = None
                 p.stopped = True
-        self.host.stats.ordering_s += self.timer() - t0
+        self.stats.ordering_s += self.timer() - t0
 
     def _never_stall(self, p: _Pass, req: Any, nothing_admitted: bool) -> Offer:
         # As the simulator: a STOP while nothing runs would leave the engine idle forever.
@@ -469,7 +469,7 @@ class SGLangQueue(Hosted):
             try:
                 j = self._position(queue, req, slot)
             except ValueError:  # not in the list the scheduler walks: SGLang's order then
-                self.host.stats.handovers += 1
+                self.stats.handovers += 1
                 p.step.hand_over()
                 return
             if j != slot:
