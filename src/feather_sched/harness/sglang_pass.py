@@ -25,7 +25,7 @@ process CPU time, and so is Feather's ordering pass (`HostStats.ordering_s` with
   `calc_priority` alone (mean of `--passes` calls).
 - The whole batch formation (calc_priority + SGLang's PrefillAdder loop, which stops when
   max_prefill_tokens=16384 is spent) for lpm as shipped and for Feather: `--formations`
-  interleaved pairs per repeat, Feather's clock the server's (`perf_counter`); Feather's
+  interleaved pairs per repeat, Feather untimed as in a server; Feather's
   added CPU (`feather_added_ms`) is the median of the pairs' differences.
 """
 
@@ -228,9 +228,8 @@ def _measure_sglang(s: Setup, reqs, passes: int, add: Callable[[str, float], Non
 def _measure_formations(s: Setup, reqs, pairs: int, add: Callable[[str, float], None]) -> None:
     """`pairs` batch formations each of lpm as shipped and of Feather, interleaved (which goes
     first alternates), each on a fresh tree; Feather's added CPU is the median of the
-    pairs' differences. Feather runs as it does in a server: its `ordering_s` clock is
-    `time.perf_counter` (a `process_time` read costs ~1 us here, 70 of them a formation),
-    so the formation's CPU is the code's own, not the ordering pass's measurement."""
+    pairs' differences. Feather runs as it does in a server, untimed (its queue's `timer`
+    unset), so the formation's CPU is the code's own, not the ordering pass's measurement."""
     for k in range(pairs):
         times: dict[str, float] = {}
         for name in ("feather", "lpm") if k % 2 else ("lpm", "feather"):

@@ -59,7 +59,8 @@ class HostStats:
     hashed: int = 0
     """Prompts hashed into the CHT (engines without block hashes of their own)."""
     ordering_s: float = 0.0
-    """CPU seconds in Feather's ordering, where the host measures it (SGLang)."""
+    """CPU seconds in Feather's ordering, where the host measures it (SGLang, when its
+    queue's `timer` is set: a benchmark's option, not a server's)."""
     policy_errors: int = 0
     feedback_steps: int = 0
     last_error: str | None = None

@@ -104,7 +104,7 @@ class ChunkedHashTree:
         self._running_roots = 0  # distinct level-0 keys among running requests
         self._shared_roots = 0  # level-0 keys held by >= 2 requests (waiting or running)
         # keys held by the running batch that still have waiting requests, deepest first: at
-        # least each waiting request's deepest such key (see _add_running); stale entries
+        # least each waiting request's deepest such key (see admit); stale entries
         # are dropped lazily. _in_hot: key -> the node it ends (re-found if that node left).
         self._hot: list[tuple[int, int, Key]] = []
         self._in_hot: dict[Key, ChainNode] = {}
@@ -179,13 +179,35 @@ class ChunkedHashTree:
         return KeyChain(digests=d)
 
     def admit(self, request_id: str) -> None:
-        """Waiting -> running (the scheduler admitted it)."""
+        """Waiting -> running (the scheduler admitted it).
+
+        One walk up its path, leaf first: each node loses it as a waiting holder and counts
+        it running. The heap invariant: every waiting request's deepest key held by the
+        batch is in the heap. The keys this request newly brings into the batch (its nodes
+        whose running count becomes 1) form a suffix of its chain; along it the waiting sets
+        shrink with depth, and a waiting request's deepest match is where its set drops out.
+        So only those drop-out nodes are pushed (fewer waiting holders below than here), not
+        every hot key: a long prompt shared by a backlog has hundreds, and each would later
+        be popped stale inside a scheduling decision. The pushes' order does not matter (one
+        admission pushes distinct levels, all newer than the heap's entries)."""
         if self._state.get(request_id) is not RequestState.WAITING:
             self._expect(request_id, RequestState.WAITING, "admit")  # raises
-        path = self._path(self._leaf[request_id])
-        for node in path:
-            del node.waiting[request_id]
-        self._add_running(path)
+        node, root = self._leaf[request_id], self._root
+        below = 0  # waiting holders of the node under this one on the path
+        while node is not root:
+            waiting = node.waiting
+            del waiting[request_id]
+            running = node.running + 1
+            node.running = running
+            held = len(waiting)
+            if running == 1:
+                self._running_keys += node.end - node.start
+                if node.start == 0:
+                    self._running_roots += 1
+                if below < held:
+                    self._push_hot(node)
+            below = held
+            node = node.parent  # type: ignore[assignment]
         self._state[request_id] = RequestState.RUNNING
         self._running[request_id] = None
 
@@ -543,7 +565,7 @@ class ChunkedHashTree:
 
     def _add_waiting(self, request_id: str, path: list[ChainNode]) -> None:
         """Arrival or preemption: join each node's waiting set, then put the request's deepest
-        key held by the running batch in the heap (see _add_running)."""
+        key held by the running batch in the heap (see admit)."""
         for node in path:
             node.waiting[request_id] = None
         for node in reversed(path):
@@ -551,34 +573,10 @@ class ChunkedHashTree:
                 self._push_hot(node)
                 break
 
-    def _add_running(self, path: list[ChainNode]) -> None:
-        """A request joins the batch. The heap invariant: every waiting request's deepest key
-        held by the batch is in the heap. The keys this request newly brings into the batch
-        form a suffix of its chain; along it, the waiting sets shrink with depth, and a
-        waiting request's deepest match is where its set drops out. So only those drop-out
-        levels are pushed, not every hot key (a long prompt shared by a backlog has hundreds
-        of them, and each would later be popped stale inside a scheduling decision). Waiting
-        sets only change at node ends, so this is one step per node."""
-        for node in path:
-            r = node.running + 1
-            node.running = r
-            if r == 1:
-                self._running_keys += node.end - node.start
-                if node.start == 0:
-                    self._running_roots += 1
-        last = len(path) - 1
-        for i, node in enumerate(path):
-            w = len(node.waiting)
-            if not w:
-                break  # waiting sets are nested along the chain: none deeper either
-            below = len(path[i + 1].waiting) if i < last else 0
-            if below < w and node.running == 1:
-                self._push_hot(node)
-
     def _remove_running(self, path: list[ChainNode]) -> None:
         """A request leaves the batch. The nodes no other running request holds form a suffix
         of its path; every waiting request that matched into them now matches to the node
-        just above, so that one key is pushed (see _add_running)."""
+        just above, so that one key is pushed (see admit)."""
         first_gone: ChainNode | None = None
         for node in path:
             r = node.running - 1
