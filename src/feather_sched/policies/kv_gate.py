@@ -96,6 +96,8 @@ class KvGate:
         self._prefill: list[int] = []
         self._remaining: list[int] = []
         self._bound = 0
+        self._bs = 1
+        """The host's block size, read with the snapshot."""
         self._deferred: list[tuple[int, str, int]] = []
         """(position in `_prefill`, request id, prompt blocks) of candidates admitted without
         an exact probe."""
@@ -124,11 +126,12 @@ class KvGate:
         the probe is needed, it walks only as far as the answer needs (`_probe`)."""
         if self._free is None and not self._snapshot(view):
             return True
-        bs = view.block_size
+        bs = self._bs
         req = view.request(request_id)
-        whole = _blocks(req.prompt_len, bs)
-        remaining = self._reserve(req.output_len, req.meta.get("firm_output", True))
-        grow = _blocks(remaining, bs)
+        whole = -(-req.prompt_len // bs)  # `_blocks` and `_reserve`, inline (per candidate)
+        tokens = min(req.output_len, CLIP_TOKENS)
+        remaining = tokens if req.meta.get("firm_output", True) else int(tokens * self.ratio)
+        grow = -(-remaining // bs)
         if self._bound + whole + grow <= self._free:
             self._deferred.append((len(self._prefill), request_id, whole))
             self._admit(whole, remaining, self._bound + whole + grow)
@@ -149,7 +152,7 @@ class KvGate:
         need = whole - room
         cached = self._cached(view, request_id, need) if 0 < need <= whole else 0
         if need > 0 and (need > whole or cached < need):  # the bound does not fit
-            low, high = self._peak_parts(remaining, view.block_size)
+            low, high = self._peak_parts(remaining, self._bs)
             room = self._free - high if low <= self._free else -1
             if room < 0:
                 self.refusals += 1
@@ -216,6 +219,7 @@ class KvGate:
             reserves.append(reserve)
             bound += blocks - (-reserve // bs)
         self._free, self._prefill, self._remaining, self._bound = free, prefills, reserves, bound
+        self._bs = bs
         self._deferred = []
         return True
 
