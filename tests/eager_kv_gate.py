@@ -29,7 +29,8 @@ class EagerKvGate(KvGate):
         return True
 
     def _peak(self, prefill: int, remaining: int, bs: int) -> int:
-        """The peak as one sorted cumulative sum, the candidate's prefill in it."""
+        """The peak (`KvGate._peak_parts`) as one sorted cumulative sum, the candidate's
+        prefill in it."""
         left = np.array([*self._remaining, remaining])
         prefills = np.array([*self._prefill, prefill])
         order = np.argsort(-left, kind="stable")

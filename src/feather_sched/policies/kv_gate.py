@@ -30,7 +30,8 @@ hold the queue (`policies/hold.py`).
 Its cost is per candidate, inside the engine's admission loop, so the gate probes the prefix
 cache (`cached_blocks`, a walk over the prompt's blocks; the engine repeats it when it admits)
 only when the answer could change: while the candidate fits even with nothing cached it is
-ADDed unprobed, and the exact count is read later only if a later candidate needs it.
+ADDed unprobed, and the exact count is read later only if a later candidate needs it; when it
+must probe, the walk stops once enough blocks are cached for the answer to be ADD.
 
 It needs the host's free blocks and running requests (`SchedulerView.free_kv_blocks`,
 `running_kv`, `num_preemptions`). A host without them gets no gate: SGLang, whose own adder
@@ -54,7 +55,10 @@ DECAY_STEPS = 600
 
 class KvView(Protocol):
     """What a host adds to its `SchedulerView` for the gate (optional: the gate is off
-    without it)."""
+    without it). A host may also offer `cached_blocks_upto(request_id, need)`:
+    `min(cached_blocks(request_id), need)` from a walk over the prompt's blocks that stops
+    after `need` (the gate only asks whether that many are cached); without it the gate
+    reads `cached_blocks`."""
 
     @property
     def free_kv_blocks(self) -> int:
@@ -71,10 +75,6 @@ class KvView(Protocol):
         """Per running request: KV tokens held, prompt tokens still to prefill, output tokens
         still to generate, and whether that output length is firm (else a bound)."""
         ...
-
-    # Optional: def cached_blocks_upto(self, request_id: str, need: int) -> int:
-    #     `min(cached_blocks(request_id), need)` for a request not admitted yet, its walk
-    #     stopped after `need` blocks (the gate asks only whether `need` are cached).
 
 
 def _blocks(tokens: float, block_size: int) -> int:
@@ -142,8 +142,8 @@ class KvGate:
     def _probe(
         self, view: SchedulerView, request_id: str, whole: int, remaining: int, grow: int
     ) -> bool:
-        """`fits` for a candidate that does not fit with nothing cached, the state exact.
-        Both tests (the bound, then the peak) are monotone in the candidate's uncached
+        """`fits` once the cheap bound did not fit, the put-off probes made (the state
+        exact). Both tests (the bound, then the peak) are monotone in the candidate's uncached
         blocks: each fits from some number of cached blocks on, so the probe walks only that
         far (`_cached`), and the peak is computed only when the bound does not fit. An ADDed
         candidate counts `whole - cached` and its exact count is read later with the put-off
@@ -223,18 +223,14 @@ class KvGate:
         self._deferred = []
         return True
 
-    def _peak(self, prefill: int, remaining: int, bs: int) -> int:
-        """Most blocks the running set, with the candidate, adds at any future step. With
-        requests sorted by tokens left, just before the k-th finishes the first k still run:
-        they hold their prefills and have grown by at most ceil(left_k / block) blocks each."""
-        low, high = self._peak_parts(remaining, bs)
-        return max(low, high + prefill)
-
     def _peak_parts(self, remaining: int, bs: int) -> tuple[int, int]:
-        """`_peak` as `max(low, high + prefill)`: the candidate's place in the order by tokens
-        left does not depend on its prefill, so the steps before it (`low`) do not count it,
-        and every step from it on (`high`, counted with no prefill) holds all of it. Only
-        computed when the cheap bound (everything held to the end) does not fit."""
+        """Most blocks the running set, with a candidate that prefills `p` blocks, adds at
+        any future step: `max(low, high + p)`. With requests sorted by tokens left, just
+        before the k-th finishes the first k still run: they hold their prefills and have
+        grown by at most ceil(left_k / block) blocks each. The candidate's place in that
+        order does not depend on `p`, so the steps before it (`low`) do not count it and
+        every step from it on (`high`, here with no prefill) holds all of it. Only computed
+        when the cheap bound (everything held to the end) does not fit."""
         left = np.array([*self._remaining, remaining])
         prefills = np.array([*self._prefill, 0])
         order = np.argsort(-left, kind="stable")
