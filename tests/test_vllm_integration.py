@@ -351,7 +351,7 @@ def test_kv_gate_decides_as_if_it_probed_every_candidate(
     gate, eager = policy.gate, EagerKvGate()
     begin_step, fits, probe_deferred = gate.begin_step, gate.fits, gate._probe_deferred
     decisions: list[tuple[bool, bool]] = []
-    put_off = made_later = cut = 0
+    put_off = made_later = 0
 
     def both_begin(view) -> None:
         eager.begin_step(view)
@@ -375,10 +375,8 @@ def test_kv_gate_decides_as_if_it_probed_every_candidate(
 
     def checked_upto(view, rid: str, need: int) -> int:
         """The stopped walk answers as the whole one would, up to `need`."""
-        nonlocal cut
         got, whole = upto(view, rid, need), view.cached_blocks(rid)
         assert got == min(whole, need), (rid, need, got, whole)
-        cut += whole > need
         return got
 
     monkeypatch.setattr(gate, "begin_step", both_begin)
@@ -392,7 +390,34 @@ def test_kv_gate_decides_as_if_it_probed_every_candidate(
     assert [e for e, _ in decisions] == [g for _, g in decisions]
     assert eager.refusals == gate.refusals > 0
     assert put_off > 0 and made_later > 0, (put_off, made_later)
-    assert cut > 0, "no walk was stopped short"
+    assert_index_empty(feather)
+
+
+def test_a_stopped_cache_walk_reads_as_the_whole_one(feather_llm, feather) -> None:
+    """The gate's stopped probe (`cached_blocks_upto(rid, need)`: vLLM's own lookup, asked
+    for a shorter length) is `min(cached_blocks(rid), need)` on the live prefix cache, for
+    every `need`, including those short of the hit, where the walk stops early."""
+    checks: list[tuple[int, int, bool]] = []
+
+    class Walks(Policy):
+        name = "walks"
+
+        def candidates(self, view: SchedulerView) -> Iterator[str]:
+            waiting = list(view.waiting_ids())
+            for rid in waiting:
+                whole = view.cached_blocks(rid)
+                for need in range(1, whole + 2):
+                    checks.append(
+                        (view.cached_blocks_upto(rid, need), min(whole, need), need < whole)
+                    )
+            yield from waiting
+
+    feather.feather.policy = Walks()
+    prompts, lengths = workload(seed=2)
+    generate(feather_llm, prompts, lengths)
+    assert feather.feather.view._stops is True, "vLLM's lookup was not taken to stop early"
+    assert [got for got, _, _ in checks] == [want for _, want, _ in checks]
+    assert any(short for _, _, short in checks), "no walk stopped short of its hit"
     assert_index_empty(feather)
 
 
