@@ -1,15 +1,18 @@
 """The KV gate as it was before it learned to put its prefix-cache probe off: every candidate
-probed at once. Kept as a reference: the gate must ADD and STOP exactly as this one does, on
-any host (test_kv_gate.py, test_vllm_integration.py). Test-only code."""
+probed at once, whole, and its peak computed in one go. Kept as a reference: the gate must ADD
+and STOP exactly as this one does, on any host (test_kv_gate.py, test_vllm_integration.py).
+Test-only code."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from feather_sched.policies.kv_gate import KvGate
 
 
 class EagerKvGate(KvGate):
     """`KvGate` whose `fits` reads `cached_blocks` for every candidate, before the host
-    admits it."""
+    admits it, and computes the peak only when the bound does not fit."""
 
     def fits(self, view, request_id: str) -> bool:
         if self._free is None and not self._snapshot(view):
@@ -24,3 +27,12 @@ class EagerKvGate(KvGate):
             return False
         self._admit(prefill, remaining, bound)
         return True
+
+    def _peak(self, prefill: int, remaining: int, bs: int) -> int:
+        """The peak (`KvGate._peak_parts`) as one sorted cumulative sum, the candidate's
+        prefill in it."""
+        left = np.array([*self._remaining, remaining])
+        prefills = np.array([*self._prefill, prefill])
+        order = np.argsort(-left, kind="stable")
+        grown = -(-left[order] // bs)
+        return int(np.max(np.cumsum(prefills[order]) + np.arange(1, len(left) + 1) * grown))

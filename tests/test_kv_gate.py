@@ -50,7 +50,7 @@ def test_peak_bounds_the_true_growth(running, bs) -> None:
     gate._free = 0
     gate._prefill = [-(-(h + p) // bs) - -(-h // bs) for h, p, _ in running]
     gate._remaining = [r for _, _, r in running]
-    predicted = gate._peak(0, 0, bs)
+    predicted = max(gate._peak_parts(0, bs))
     assert predicted >= true_peak(running, bs)
     held_to_end = sum(p + -(-r // bs) for p, r in zip(gate._prefill, gate._remaining))
     assert predicted <= held_to_end  # never worse than reserving everything to the end
@@ -208,15 +208,33 @@ class _CachingView(_View):
     """A host whose prefix cache moves as it admits, as vLLM's does: an admitted request's
     own blocks are cached at once (a later probe of it would read its whole prompt), and
     other candidates may gain hits. `cached_blocks` of a request admitted this step answers
-    what it found then (the contract the put-off probe relies on)."""
+    what it found then (the contract the put-off probe relies on). `probes` and `walked`
+    count the walks over the cache (a recorded answer is no walk) and the blocks they read."""
 
     def cached_blocks(self, rid):
+        if rid in self.found:
+            return self.found[rid]
+        return self._walk(rid, None)
+
+    def _walk(self, rid: str, need: int | None) -> int:
+        hit = self.cached_now[rid]
         self.probes += 1
-        return self.found.get(rid, self.cached_now[rid])
+        self.walked += hit + 1 if need is None else min(hit + 1, need)
+        return hit
 
     def admit(self, rid: str) -> None:
         self.found[rid] = self.cached_now[rid]
         self.cached_now[rid] = -(-self.requests[rid].prompt_len // self.block_size)
+
+
+class _StoppingView(_CachingView):
+    """The same host, its walk stopped once the gate's answer is known (as vLLM's lookup
+    over full-attention blocks can be)."""
+
+    def cached_blocks_upto(self, rid, need):
+        if rid in self.found:
+            return min(self.found[rid], need)
+        return min(self._walk(rid, need), need)
 
 
 candidates = st.lists(
@@ -237,20 +255,23 @@ candidates = st.lists(
     running=st.lists(st.tuples(*[st.integers(0, 200)] * 3, st.booleans()), max_size=6),
     cands=candidates,
     gains=st.lists(st.integers(0, 3), min_size=12, max_size=12),
+    stops=st.booleans(),
 )
-def test_putting_the_probe_off_changes_no_decision(free, running, cands, gains) -> None:
+def test_putting_the_probe_off_changes_no_decision(free, running, cands, gains, stops) -> None:
     """Candidate by candidate, the gate that probes only when the cheap bound with nothing
-    cached does not fit ADDs and STOPs exactly as the one probing at once, ends the step in
-    the same state once its put-off probes are made, and probes no more often."""
+    cached does not fit, and then walks the cache only as far as its answer needs (on a host
+    that can stop its walk), ADDs and STOPs exactly as the one probing every candidate whole
+    at once, ends the step in the same state once its put-off probes are made, and walks
+    no more often and no further."""
     bs = 16
     reqs = {
         f"r{i}": _request(f"r{i}", prompt, out, firm)
         for i, (prompt, out, firm, _) in enumerate(cands)
     }
 
-    def view() -> _CachingView:
+    def view(kind: type[_CachingView]) -> _CachingView:
         cached = {f"r{i}": min(c, prompt // bs) for i, (prompt, _, _, c) in enumerate(cands)}
-        return _CachingView(
+        return kind(
             free_kv_blocks=free,
             num_preemptions=0,
             block_size=bs,
@@ -259,9 +280,10 @@ def test_putting_the_probe_off_changes_no_decision(free, running, cands, gains) 
             cached_now=cached,
             found={},
             probes=0,
+            walked=0,
         )
 
-    eager_view, lazy_view = view(), view()
+    eager_view, lazy_view = view(_CachingView), view(_StoppingView if stops else _CachingView)
     eager, lazy = EagerKvGate(), KvGate()
     eager.begin_step(eager_view)
     lazy.begin_step(lazy_view)
@@ -275,12 +297,31 @@ def test_putting_the_probe_off_changes_no_decision(free, running, cands, gains) 
                     v.cached_now[later] += gains[i]
     assert lazy.refusals == eager.refusals
     assert lazy_view.probes <= eager_view.probes
+    assert lazy_view.walked <= eager_view.walked
     lazy._probe_deferred(lazy_view)
     assert (lazy._bound, lazy._prefill, lazy._remaining) == (
         eager._bound,
         eager._prefill,
         eager._remaining,
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    running=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 600)), max_size=12),
+    candidate=st.tuples(st.integers(0, 40), st.integers(0, 600)),
+    bs=st.sampled_from([1, 16, 32]),
+)
+def test_peak_splits_at_the_candidate(running, candidate, bs) -> None:
+    """The gate's peak, split at the candidate's place (`_peak_parts`: the steps before it,
+    and those from it on, which hold its whole prefill), equals the reference's one sorted
+    cumulative sum with the prefill in it, whatever the prefill."""
+    gate, eager = KvGate(), EagerKvGate()
+    for g in (gate, eager):
+        g._prefill, g._remaining = [p for p, _ in running], [r for _, r in running]
+    prefill, remaining = candidate
+    low, high = gate._peak_parts(remaining, bs)
+    assert max(low, high + prefill) == eager._peak(prefill, remaining, bs)
 
 
 @settings(max_examples=200, deadline=None)

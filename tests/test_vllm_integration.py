@@ -41,7 +41,10 @@ from feather_sched.integrations.vllm import (  # noqa: E402
     FeatherAsyncScheduler,
     FeatherScheduler,
 )
-from feather_sched.integrations.vllm_admission import FeatherRequestQueue  # noqa: E402
+from feather_sched.integrations.vllm_admission import (  # noqa: E402
+    FeatherRequestQueue,
+    VllmSchedulerView,
+)
 from feather_sched.policies.base import Policy, SchedulerView  # noqa: E402
 from feather_sched.policies.registry import make_policy, policy_names  # noqa: E402
 
@@ -346,7 +349,7 @@ def test_kv_gate_decides_as_if_it_probed_every_candidate(
 
     policy = make_policy("feather")
     gate, eager = policy.gate, EagerKvGate()
-    begin_step, fits = gate.begin_step, gate.fits
+    begin_step, fits, probe_deferred = gate.begin_step, gate.fits, gate._probe_deferred
     decisions: list[tuple[bool, bool]] = []
     put_off = made_later = 0
 
@@ -355,17 +358,31 @@ def test_kv_gate_decides_as_if_it_probed_every_candidate(
         begin_step(view)
 
     def both_fit(view, rid: str) -> bool:
-        nonlocal put_off, made_later
+        nonlocal put_off
         expected = eager.fits(view, rid)  # probes now, before vLLM looks the request up
         before = len(gate._deferred)
         got = fits(view, rid)
         put_off += len(gate._deferred) > before
-        made_later += before > 0 and not gate._deferred
         decisions.append((expected, got))
+        return got
+
+    def counted_probes(view) -> None:
+        nonlocal made_later
+        made_later += bool(gate._deferred)
+        probe_deferred(view)
+
+    upto = VllmSchedulerView.cached_blocks_upto
+
+    def checked_upto(view, rid: str, need: int) -> int:
+        """The stopped walk answers as the whole one would, up to `need`."""
+        got, whole = upto(view, rid, need), view.cached_blocks(rid)
+        assert got == min(whole, need), (rid, need, got, whole)
         return got
 
     monkeypatch.setattr(gate, "begin_step", both_begin)
     monkeypatch.setattr(gate, "fits", both_fit)
+    monkeypatch.setattr(gate, "_probe_deferred", counted_probes)
+    monkeypatch.setattr(VllmSchedulerView, "cached_blocks_upto", checked_upto)
     feather.feather.policy = policy
     prompts, lengths = workload(seed=1)
     got = generate(feather_llm, prompts, lengths)
@@ -373,6 +390,34 @@ def test_kv_gate_decides_as_if_it_probed_every_candidate(
     assert [e for e, _ in decisions] == [g for _, g in decisions]
     assert eager.refusals == gate.refusals > 0
     assert put_off > 0 and made_later > 0, (put_off, made_later)
+    assert_index_empty(feather)
+
+
+def test_a_stopped_cache_walk_reads_as_the_whole_one(feather_llm, feather) -> None:
+    """The gate's stopped probe (`cached_blocks_upto(rid, need)`: vLLM's own lookup, asked
+    for a shorter length) is `min(cached_blocks(rid), need)` on the live prefix cache, for
+    every `need`, including those short of the hit, where the walk stops early."""
+    checks: list[tuple[int, int, bool]] = []
+
+    class Walks(Policy):
+        name = "walks"
+
+        def candidates(self, view: SchedulerView) -> Iterator[str]:
+            waiting = list(view.waiting_ids())
+            for rid in waiting:
+                whole = view.cached_blocks(rid)
+                for need in range(1, whole + 2):
+                    checks.append(
+                        (view.cached_blocks_upto(rid, need), min(whole, need), need < whole)
+                    )
+            yield from waiting
+
+    feather.feather.policy = Walks()
+    prompts, lengths = workload(seed=2)
+    generate(feather_llm, prompts, lengths)
+    assert feather.feather.view._stops is True, "vLLM's lookup was not taken to stop early"
+    assert [got for got, _, _ in checks] == [want for _, want, _ in checks]
+    assert any(short for _, _, short in checks), "no walk stopped short of its hit"
     assert_index_empty(feather)
 
 

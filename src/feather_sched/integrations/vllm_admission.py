@@ -315,6 +315,8 @@ class VllmSchedulerView:
 
     def __init__(self, controller: AdmissionController) -> None:
         self._c = controller
+        self._stops: bool | None = None
+        """Whether vLLM's prefix-cache lookup can stop early (`_walk_stops`), once known."""
 
     @property
     def now(self) -> float:
@@ -386,14 +388,44 @@ class VllmSchedulerView:
             hit = 0 if req is None else self.probe_cache(req)
         return hit // self.block_size
 
-    def probe_cache(self, req: VllmRequest) -> int:
+    def cached_blocks_upto(self, request_id: str, need: int) -> int:
+        """`min(cached_blocks, need)`, vLLM's walk over the prompt's blocks stopped after
+        `need` (the KV gate asks only whether that many are cached; kv_gate.py)."""
+        hit = self._c.admission_hits.get(request_id)
+        if hit is None:
+            req = self._c.scheduler.requests.get(request_id)
+            hit = 0 if req is None else self.probe_cache(req, need)
+        return min(hit // self.block_size, need)
+
+    def probe_cache(self, req: VllmRequest, upto: int | None = None) -> int:
         """Prefix-cache hit tokens if vLLM admitted `req` now: the read-only probe of
         KVCacheManager.get_computed_blocks (vllm/v1/core/kv_cache_manager.py; the last
-        token is always recomputed)."""
+        token is always recomputed). With `upto` blocks, correct only up to that many: where
+        the lookup walks full-attention blocks from the first (`_walk_stops`), it is asked
+        for one block more (an EAGLE drafter drops the last one) and stops there."""
         sched = self._c.scheduler
         if not sched.cache_config.enable_prefix_caching:
             return 0
-        _, hit_tokens, _ = sched.kv_cache_manager.coordinator.find_longest_cache_hit(
-            req.block_hashes, req.num_tokens - 1
-        )
+        coordinator = sched.kv_cache_manager.coordinator
+        length = req.num_tokens - 1
+        if upto is not None and self._walk_stops(coordinator):
+            length = min(length, (upto + 1) * self.block_size)
+        _, hit_tokens, _ = coordinator.find_longest_cache_hit(req.block_hashes, length)
         return hit_tokens
+
+    def _walk_stops(self, coordinator) -> bool:
+        """Whether vLLM's lookup is one walk over full-attention blocks of the hash size from
+        the first (vLLM's unitary coordinator over one full-attention group, no context
+        parallelism): its hit for a shorter length is then the full hit, cut there. Hybrid
+        models and sliding windows search otherwise and are probed whole."""
+        if self._stops is None:
+            managers = getattr(coordinator, "single_type_managers", ())
+            self._stops = (
+                type(coordinator).__name__ == "UnitaryKVCacheCoordinator"
+                and len(managers) == 1
+                and type(managers[0]).__name__ == "FullAttentionManager"
+                and getattr(coordinator, "block_size", None) == self.block_size
+                and getattr(coordinator, "dcp_world_size", 1) == 1
+                and getattr(coordinator, "pcp_world_size", 1) == 1
+            )
+        return self._stops

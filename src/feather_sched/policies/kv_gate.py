@@ -30,7 +30,8 @@ hold the queue (`policies/hold.py`).
 Its cost is per candidate, inside the engine's admission loop, so the gate probes the prefix
 cache (`cached_blocks`, a walk over the prompt's blocks; the engine repeats it when it admits)
 only when the answer could change: while the candidate fits even with nothing cached it is
-ADDed unprobed, and the exact count is read later only if a later candidate needs it.
+ADDed unprobed, and the exact count is read later only if a later candidate needs it; when it
+must probe, the walk stops once enough blocks are cached for the answer to be ADD.
 
 It needs the host's free blocks and running requests (`SchedulerView.free_kv_blocks`,
 `running_kv`, `num_preemptions`). A host without them gets no gate: SGLang, whose own adder
@@ -54,7 +55,10 @@ DECAY_STEPS = 600
 
 class KvView(Protocol):
     """What a host adds to its `SchedulerView` for the gate (optional: the gate is off
-    without it)."""
+    without it). A host may also offer `cached_blocks_upto(request_id, need)`:
+    `min(cached_blocks(request_id), need)` from a walk over the prompt's blocks that stops
+    after `need` (the gate only asks whether that many are cached); without it the gate
+    reads `cached_blocks`."""
 
     @property
     def free_kv_blocks(self) -> int:
@@ -92,8 +96,11 @@ class KvGate:
         self._prefill: list[int] = []
         self._remaining: list[int] = []
         self._bound = 0
-        self._deferred: list[tuple[int, str]] = []
-        """(position in `_prefill`, request id) of candidates admitted without a probe."""
+        self._bs = 1
+        """The host's block size, read with the snapshot."""
+        self._deferred: list[tuple[int, str, int]] = []
+        """(position in `_prefill`, request id, prompt blocks) of candidates admitted without
+        an exact probe."""
 
     def begin_step(self, view: SchedulerView) -> None:
         """A new step: the running set moved on (read it again when first needed), and the
@@ -115,26 +122,63 @@ class KvGate:
         the need, so the answer is the same ADD. The candidate then counts its whole prompt
         until a later candidate needs the exact sum; only then are the put-off probes made
         (`_probe_deferred`; the host answers what each found cached when it was admitted),
-        so every decision and every later state equal probing each candidate at once."""
+        so every decision and every later state equal probing each candidate at once. When
+        the probe is needed, it walks only as far as the answer needs (`_probe`)."""
         if self._free is None and not self._snapshot(view):
             return True
-        bs = view.block_size
+        bs = self._bs
         req = view.request(request_id)
-        whole = _blocks(req.prompt_len, bs)
-        remaining = self._reserve(req.output_len, req.meta.get("firm_output", True))
-        grow = _blocks(remaining, bs)
+        whole = -(-req.prompt_len // bs)  # `_blocks` and `_reserve`, inline (per candidate)
+        tokens = min(req.output_len, CLIP_TOKENS)
+        remaining = tokens if req.meta.get("firm_output", True) else int(tokens * self.ratio)
+        grow = -(-remaining // bs)
         if self._bound + whole + grow <= self._free:
-            self._deferred.append((len(self._prefill), request_id))
+            self._deferred.append((len(self._prefill), request_id, whole))
             self._admit(whole, remaining, self._bound + whole + grow)
             return True
         self._probe_deferred(view)
-        prefill = max(0, whole - view.cached_blocks(request_id))
-        bound = self._bound + prefill + grow
-        if bound > self._free and self._peak(prefill, remaining, bs) > self._free:
-            self.refusals += 1
-            return False
-        self._admit(prefill, remaining, bound)
+        return self._probe(view, request_id, whole, remaining, grow)
+
+    def _probe(
+        self, view: SchedulerView, request_id: str, whole: int, remaining: int, grow: int
+    ) -> bool:
+        """`fits` once the cheap bound did not fit, the put-off probes made (the state
+        exact). Both tests (the bound, then the peak) are monotone in the candidate's uncached
+        blocks: each fits from some number of cached blocks on, so the probe walks only that
+        far (`_cached`), and the peak is computed only when the bound does not fit. An ADDed
+        candidate counts `whole - cached` and its exact count is read later with the put-off
+        ones (the host answers what it found when admitted)."""
+        room = self._free - self._bound - grow  # prefill blocks the bound leaves room for
+        need = whole - room
+        cached = self._cached(view, request_id, need) if 0 < need <= whole else 0
+        if need > 0 and (need > whole or cached < need):  # the bound does not fit
+            low, high = self._peak_parts(remaining, self._bs)
+            room = self._free - high if low <= self._free else -1
+            if room < 0:
+                self.refusals += 1
+                return False
+            peak_need = whole - room
+            if need > whole and peak_need > 0:  # not probed yet
+                cached = self._cached(view, request_id, peak_need)
+            if cached < peak_need:
+                self.refusals += 1
+                return False
+        prefill = max(0, whole - cached)
+        if prefill > 0:
+            self._deferred.append((len(self._prefill), request_id, whole))
+        self._admit(prefill, remaining, self._bound + prefill + grow)
         return True
+
+    @staticmethod
+    def _cached(view: SchedulerView, request_id: str, need: int) -> int:
+        """The candidate's cached blocks, counted up to `need` (all the answer needs): a host
+        with `cached_blocks_upto` stops its walk there."""
+        upto = getattr(view, "cached_blocks_upto", None)
+        return (
+            upto(request_id, need)
+            if upto is not None
+            else min(view.cached_blocks(request_id), need)
+        )
 
     def _admit(self, prefill: int, remaining: int, bound: int) -> None:
         self._prefill.append(prefill)
@@ -142,13 +186,13 @@ class KvGate:
         self._bound = bound
 
     def _probe_deferred(self, view: SchedulerView) -> None:
-        """Replace the whole-prompt counts of the candidates admitted unprobed this step by
-        their uncached blocks (the exact state probing at once would have built)."""
-        for at, request_id in self._deferred:
-            whole = self._prefill[at]
+        """Replace the counts of the candidates admitted unprobed (or probed only as far as
+        their answer needed) this step by their uncached blocks (the exact state probing at
+        once would have built)."""
+        for at, request_id, whole in self._deferred:
             prefill = max(0, whole - view.cached_blocks(request_id))
+            self._bound -= self._prefill[at] - prefill
             self._prefill[at] = prefill
-            self._bound -= whole - prefill
         self._deferred.clear()
 
     def _reserve(self, remaining: int, firm: bool) -> int:
@@ -175,16 +219,22 @@ class KvGate:
             reserves.append(reserve)
             bound += blocks - (-reserve // bs)
         self._free, self._prefill, self._remaining, self._bound = free, prefills, reserves, bound
+        self._bs = bs
         self._deferred = []
         return True
 
-    def _peak(self, prefill: int, remaining: int, bs: int) -> int:
-        """Most blocks the running set, with the candidate, adds at any future step. With
-        requests sorted by tokens left, just before the k-th finishes the first k still run:
-        they hold their prefills and have grown by at most ceil(left_k / block) blocks each.
-        Only computed when the cheap bound (everything held to the end) does not fit."""
+    def _peak_parts(self, remaining: int, bs: int) -> tuple[int, int]:
+        """Most blocks the running set, with a candidate that prefills `p` blocks, adds at
+        any future step: `max(low, high + p)`. With requests sorted by tokens left, just
+        before the k-th finishes the first k still run: they hold their prefills and have
+        grown by at most ceil(left_k / block) blocks each. The candidate's place in that
+        order does not depend on `p`, so the steps before it (`low`) do not count it and
+        every step from it on (`high`, here with no prefill) holds all of it. Only computed
+        when the cheap bound (everything held to the end) does not fit."""
         left = np.array([*self._remaining, remaining])
-        prefills = np.array([*self._prefill, prefill])
+        prefills = np.array([*self._prefill, 0])
         order = np.argsort(-left, kind="stable")
-        grown = -(-left[order] // bs)
-        return int(np.max(np.cumsum(prefills[order]) + np.arange(1, len(left) + 1) * grown))
+        steps = np.cumsum(prefills[order]) + np.arange(1, len(left) + 1) * -(-left[order] // bs)
+        at = int(np.flatnonzero(order == len(left) - 1)[0])  # the candidate's place
+        low = int(steps[:at].max()) if at else -1
+        return low, int(steps[at:].max())
