@@ -18,10 +18,12 @@ Then it zeroes the sums. The objects are counted outside the timed runs.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import gc
 import json
 import os
+import resource
 import statistics
 import threading
 import time
@@ -47,6 +49,7 @@ class _CoreState:
         self._started: dict[int, float] = {}
         self._last_done = 0.0
         self._zero()
+        self._usage = _usage()
         gc.callbacks.append(self._on_gc)
         threading.Thread(target=self._serve_snapshots, daemon=True).start()
 
@@ -107,6 +110,9 @@ class _CoreState:
             "gc": {str(g): [n, round(s, 4), c] for g, (n, s, c) in self._gc.items()},
         }
         self._zero()
+        usage, self._usage = self._usage, _usage()
+        line["rusage"] = {k: round(v - usage[k], 3) for k, v in self._usage.items()}
+        line["malloc"] = _mallinfo()
         line.update(_python_heap())
         line["vllm"] = _vllm_sizes(self)
         if hasattr(self, "feather"):
@@ -131,6 +137,38 @@ def _python_heap() -> dict[str, Any]:
         "gc_top_types": types.most_common(20),
         "rss_kib": rss,
     }
+
+
+def _usage() -> dict[str, float]:
+    """The process's own CPU seconds, page faults and context switches so far."""
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "utime_s": u.ru_utime,
+        "stime_s": u.ru_stime,
+        "minflt": u.ru_minflt,
+        "majflt": u.ru_majflt,
+        "nvcsw": u.ru_nvcsw,
+        "nivcsw": u.ru_nivcsw,
+    }
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]  # fmt: skip
+
+
+def _mallinfo() -> dict[str, int] | None:
+    """glibc's heap (`mallinfo2`, glibc >= 2.33): bytes in the main heap and arenas
+    (`arena`), in mmap'd blocks (`hblkhd`), in use (`uordblks`), free but kept
+    (`fordblks`); None where the C library has no mallinfo2."""
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _MallInfo2
+    info = fn()
+    return {name: int(getattr(info, name)) for name in ("arena", "hblkhd", "uordblks", "fordblks")}
 
 
 def _vllm_sizes(sched: Any) -> dict[str, int]:
