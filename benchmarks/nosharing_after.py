@@ -138,7 +138,43 @@ def show(path: Path) -> str:
     for phase, _ in PHASES:
         r = s[f"feather_vs_vllm_{phase}"]
         lines.append(f"feather / vllm {phase}: median {r['median']}, by repeat {r['per_repeat']}")
+    lines.append(MECHANISM_HEAD)
+    lines += [mechanism_line(r) for r in record["runs"]]
     return "\n".join(lines)
+
+
+MECHANISM_HEAD = (
+    "rep phase server   tok/s steps  step_s median_ms sched_s update_s gc_s(passes) "
+    "minflt k utime stime  rss_MiB heap_MiB mmap_MiB | feather per-request entries, others_s"
+)
+
+
+def mechanism_line(run: dict[str, Any]) -> str:
+    """One run's engine-core account (core_state.py's snapshot after it)."""
+    c = run["core"]
+    gc_s = sum(v[1] for v in c["gc"].values())
+    passes = "/".join(str(c["gc"][g][0]) for g in ("0", "1", "2"))
+    u = c.get("rusage") or dict.fromkeys(("minflt", "utime_s", "stime_s"), 0.0)
+    m = c.get("malloc") or {}
+    mib = 1 << 20
+    left = sum(v for k, v in c.get("feather", {}).items() if k in PER_REQUEST)
+    return (
+        f"{run['repeat']:>3} {run['phase']:<5} {run['policy']:<8}{run['output_tok_s']:>6.1f} "
+        f"{c['steps']:>5} {c['step_s']:>7.2f} {1000 * (c['step_median_s'] or 0):>9.1f} "
+        f"{c['schedule_s']:>7.3f} {c['update_s']:>8.3f} {gc_s:>5.3f}({passes}) "
+        f"{u['minflt'] / 1000:>8.1f} {u['utime_s']:>5.1f} {u['stime_s']:>5.1f} "
+        f"{c['rss_kib'] / 1024:>8.0f} {m.get('arena', 0) / mib:>8.0f} "
+        f"{m.get('hblkhd', 0) / mib:>8.0f} | "
+        f"{left if 'feather' in c else '-'}, {run['others_cpu_s']}"
+    )
+
+
+PER_REQUEST = (
+    "tracker_meta", "tracker_waiting_ids", "tracker_running_ids", "cht_requests", "cht_leaf",
+    "cht_running", "cht_end_keys", "cht_root_children", "cht_hot", "cht_in_hot",
+    "controller_requests", "controller_pending", "queue_members", "feather_steps",
+)  # fmt: skip
+"""Feather's structures that hold entries per live request: all 0 once a run has finished."""
 
 
 def main(argv: list[str] | None = None) -> int:
