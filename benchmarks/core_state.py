@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import gc
+import itertools
 import json
 import os
 import resource
@@ -171,10 +172,18 @@ def _mallinfo() -> dict[str, int] | None:
     return {name: int(getattr(info, name)) for name in ("arena", "hblkhd", "uordblks", "fordblks")}
 
 
-def _vllm_sizes(sched: Any) -> dict[str, int]:
+def _vllm_sizes(sched: Any) -> dict[str, Any]:
+    """vLLM's request maps and its KV free queue: the order the next run's blocks come in
+    (`free_queue_sequential`: the share of neighbours in it whose block ids follow on, 1.0
+    in a fresh pool, so a request's blocks lie side by side in the KV tensor)."""
     pool = sched.kv_cache_manager.block_pool
     cached = getattr(pool, "cached_block_hash_to_block", None)
+    free = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
+    steps = [b - a for a, b in itertools.pairwise(free)]
     return {
+        "free_blocks": len(free),
+        "free_queue_sequential": round(sum(d == 1 for d in steps) / max(1, len(steps)), 4),
+        "free_queue_head": free[:8],
         "requests": len(sched.requests),
         "running": len(sched.running),
         "waiting": len(sched.waiting),
