@@ -56,6 +56,7 @@ class _CoreState:
 
     def _zero(self) -> None:
         self._steps: list[float] = []
+        self._shapes: list[tuple[int, int]] = []  # per step: requests, tokens scheduled
         self._schedule_s = self._update_s = 0.0
         self._gc = {g: [0, 0.0, 0] for g in range(3)}  # passes, seconds, collected
         self._gc_t0 = 0.0
@@ -75,6 +76,7 @@ class _CoreState:
         self._schedule_s += time.perf_counter() - start
         if out.total_num_scheduled_tokens > 0:
             self._started[id(out)] = start
+            self._shapes.append((len(out.num_scheduled_tokens), out.total_num_scheduled_tokens))
         return out
 
     def _timed_update(self, update: Any, scheduler_output: Any, model_output: Any) -> Any:
@@ -106,6 +108,7 @@ class _CoreState:
             "step_s": round(sum(steps), 4),
             "step_median_s": round(statistics.median(steps), 5) if steps else None,
             "step_durations": [round(s, 5) for s in steps],
+            "step_shapes": self._shapes,
             "schedule_s": round(self._schedule_s, 4),
             "update_s": round(self._update_s, 4),
             "gc": {str(g): [n, round(s, 4), c] for g, (n, s, c) in self._gc.items()},
