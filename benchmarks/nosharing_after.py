@@ -97,7 +97,8 @@ def _write(args: argparse.Namespace, record: dict[str, Any]) -> None:
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per server: each phase's throughput by repeat and its median, `after / cold` by repeat
-    and median; per phase: feather / vllm by repeat and median."""
+    and median (throughput, and the engine's step times: `step_ratio`); per phase: feather /
+    vllm by repeat and median (for no-sharing, by step times too)."""
     by: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for r in runs:
         by.setdefault((r["policy"], r["phase"]), {})[r["repeat"]] = r
@@ -107,16 +108,36 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         ratios = [after[k]["output_tok_s"] / cold[k]["output_tok_s"] for k in cold if k in after]
         out[label] = {phase: _tputs(by.get((label, phase), {})) for phase, _ in PHASES}
         out[label]["after_vs_cold"] = _ratios(ratios)
-    for phase, _ in PHASES:
+        steps = [step_ratio(cold[k], after[k]) for k in cold if k in after]
+        out[label]["after_vs_cold_step"] = _ratios([x for x in steps if x is not None])
+    for phase, name in PHASES:
         v, f = by.get(("vllm", phase), {}), by.get(("feather", phase), {})
         pairs = [f[k]["output_tok_s"] / v[k]["output_tok_s"] for k in v if k in f]
         out[f"feather_vs_vllm_{phase}"] = _ratios(pairs)
+        if name == "no-sharing":
+            steps = [step_ratio(v[k], f[k]) for k in v if k in f]
+            out[f"feather_vs_vllm_{phase}_step"] = _ratios([x for x in steps if x is not None])
     return out
+
+
+def step_ratio(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+    """The median over steps of b's step time over a's, the two runs' steps paired from the
+    end (a no-sharing run's schedule is the same every time, but for whether the first
+    arrivals share the first step: 192 or 193 steps), where their shapes agree when both
+    logged them. Robust to a burst of other work that stretches a few steps of one run."""
+    da, db = a["core"]["step_durations"], b["core"]["step_durations"]
+    n = min(len(da), len(db))
+    sa, sb = a["core"].get("step_shapes"), b["core"].get("step_shapes")
+    pairs = list(zip(da[-n:], db[-n:]))
+    if sa and sb:
+        pairs = [p for p, x, y in zip(pairs, sa[-n:], sb[-n:]) if x == y]
+    ratios = [y / x for x, y in pairs if x > 0]
+    return statistics.median(ratios) if ratios else None
 
 
 def _tputs(reps: dict[int, dict[str, Any]]) -> dict[str, Any]:
     values = [reps[k]["output_tok_s"] for k in sorted(reps)]
-    return {"tok_s": values, "median": statistics.median(values) if values else None}
+    return {"tok_s": values, "median": round(statistics.median(values), 2) if values else None}
 
 
 def _ratios(values: list[float]) -> dict[str, Any]:
@@ -127,17 +148,18 @@ def _ratios(values: list[float]) -> dict[str, Any]:
 def show(path: Path) -> str:
     """The record's table: per server and phase, tok/s by repeat, and the ratios."""
     record = json.loads(path.read_text())
-    s = record.get("summary") or summary(record["runs"])
+    s = summary(record["runs"])
     lines = []
     for label in LABELS:
         for phase, _ in PHASES:
             t = s[label][phase]
             lines.append(f"{label:<8}{phase:<6} median {t['median']} tok/s, by repeat {t['tok_s']}")
-        r = s[label]["after_vs_cold"]
-        lines.append(f"{label:<8}after / cold: median {r['median']}, by repeat {r['per_repeat']}")
-    for phase, _ in PHASES:
-        r = s[f"feather_vs_vllm_{phase}"]
-        lines.append(f"feather / vllm {phase}: median {r['median']}, by repeat {r['per_repeat']}")
+        for key in ("after_vs_cold", "after_vs_cold_step"):
+            r = s[label][key]
+            lines.append(f"{label:<8}{key}: median {r['median']}, by repeat {r['per_repeat']}")
+    for key in [k for k in s if k.startswith("feather_vs_vllm")]:
+        r = s[key]
+        lines.append(f"{key}: median {r['median']}, by repeat {r['per_repeat']}")
     lines.append(MECHANISM_HEAD)
     lines += [mechanism_line(r) for r in record["runs"]]
     return "\n".join(lines)
