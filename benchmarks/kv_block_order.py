@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    from feather_sched.integrations.vllm_local import CPU_THREAD_DEFAULTS
+
+    os.environ.update(CPU_THREAD_DEFAULTS)  # before torch is imported: one OpenMP thread
     sys.path.insert(0, str(HERE))
     from core_state import STATE_ENV
 
@@ -139,7 +142,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for order in ORDERS:
         tputs = [r["output_tok_s"] for r in runs if r["order"] == order]
-        out[order] = {"tok_s": tputs, "median": round(statistics.median(tputs), 2)}
+        median = round(statistics.median(tputs), 2) if tputs else None
+        out[order] = {"tok_s": tputs, "median": median}
     reps = sorted({r["repeat"] for r in runs if ("shuffled", r["repeat"]) in by
                    and ("sequential", r["repeat"]) in by})  # fmt: skip
     pairs = [(by[("sequential", k)], by[("shuffled", k)]) for k in reps]
