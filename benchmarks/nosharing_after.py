@@ -73,6 +73,8 @@ def _run(args: argparse.Namespace, rep: int, servers, endpoints, logs, work, rec
             row = _measured_run(servers, endpoints, i, work[name], spec, None)
             snap = request_snapshot(logs[i], f"{rep}:{phase}")
             row.update(repeat=rep, phase=phase, started=round(started, 1))
+            if phase == "paper":  # 400-1,800 steps: their count, sum and median are kept
+                snap = {k: v for k, v in snap.items() if k not in ("step_durations", "step_shapes")}
             record["runs"].append({**row, "core": snap})
             print(_line(row, snap), flush=True)
             _write(args, record)
