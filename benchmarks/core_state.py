@@ -42,9 +42,11 @@ HERE = Path(__file__).resolve().parent
 
 
 class _CoreState:
-    """The sums, the GC hook and the snapshot thread (a mixin over a vLLM scheduler)."""
+    """The sums, the GC hook and the snapshot thread: a mixin placed before a vLLM scheduler
+    class, whose `schedule` and `update_from_output` it times (through `super()`)."""
 
-    def _state_init(self) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._path = Path(os.environ[STATE_ENV])
         self._out = self._path.open("a", buffering=1)
         self._started: dict[int, float] = {}
@@ -70,18 +72,18 @@ class _CoreState:
         entry[1] += time.perf_counter() - self._gc_t0
         entry[2] += info.get("collected", 0)
 
-    def _timed_schedule(self, schedule: Any, *args: Any, **kwargs: Any) -> Any:
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
-        out = schedule(*args, **kwargs)
+        out = super().schedule(*args, **kwargs)  # type: ignore[misc]
         self._schedule_s += time.perf_counter() - start
         if out.total_num_scheduled_tokens > 0:
             self._started[id(out)] = start
             self._shapes.append((len(out.num_scheduled_tokens), out.total_num_scheduled_tokens))
         return out
 
-    def _timed_update(self, update: Any, scheduler_output: Any, model_output: Any) -> Any:
+    def update_from_output(self, scheduler_output: Any, model_output: Any) -> Any:
         t0 = time.perf_counter()
-        result = update(scheduler_output, model_output)
+        result = super().update_from_output(scheduler_output, model_output)  # type: ignore[misc]
         done = time.perf_counter()
         self._update_s += done - t0
         start = self._started.pop(id(scheduler_output), None)
@@ -232,29 +234,9 @@ def feather_sizes(sched: Any) -> dict[str, int]:
 class StateScheduler(_CoreState, Scheduler):
     """vLLM's own scheduler, its runs summed and its state snapshotted (module doc)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._state_init()
-
-    def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        return self._timed_schedule(super().schedule, *args, **kwargs)
-
-    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        return self._timed_update(super().update_from_output, scheduler_output, model_runner_output)
-
 
 class StateFeatherScheduler(_CoreState, FeatherScheduler):
     """Feather's scheduler, the same."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._state_init()
-
-    def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        return self._timed_schedule(super().schedule, *args, **kwargs)
-
-    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        return self._timed_update(super().update_from_output, scheduler_output, model_runner_output)
 
 
 def state_spec(spec: Any, log: Path) -> Any:
