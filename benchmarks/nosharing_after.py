@@ -1,6 +1,6 @@
 """Does a server's previous run slow its next one, and more on Feather's (benchmarks/replay.md,
 "no-sharing after paper-32g")? The replay A/B's no-sharing runs under KV pressure each followed
-a paper-32g run on the same server, and came out at 0.94x; fresh servers gave 0.97x.
+a paper-32g run on the same server, and came out at 0.94x; fresh servers had given 0.97x.
 
     python benchmarks/nosharing_after.py kv-pressure --repeats 3 --out DIR \
         --json benchmarks/replay-nosharing-after.json --lock LOCKFILE
@@ -12,9 +12,10 @@ server's first run), paper-32g, no-sharing again (`after`). Every run is `feathe
 runner (stream interval 1, prefix cache emptied first) with the CPU per process and the
 machine's busy seconds around it, as `replay_cpu.py` measures; after it, while the server
 sits idle, the engine core's snapshot (`core_state.py`: steps, step times, GC passes and
-time, unfrozen objects, Feather's structure sizes). With `--lock`, each server start and each
-run (with its snapshot) holds the lock; other work goes between. The record is written after
-every run; `--show` prints its table.
+time, unfrozen objects, Feather's structure sizes). With `--lock`, each repeat (its servers'
+start, its six runs and their snapshots, the servers' stop) holds the lock: other work goes
+between repeats, never between one server's runs. The record is written after every run;
+`--show` prints its table and each run's engine-core account.
 """
 
 from __future__ import annotations
