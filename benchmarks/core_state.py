@@ -4,15 +4,17 @@ next one, and does Feather's scheduler leave more than vLLM's?
 
 Two scheduler subclasses, loaded by `--scheduler-cls core_state.<name>` from this directory
 (`state_spec` makes the server spec): `StateScheduler` (vLLM's own) and
-`StateFeatherScheduler` (Feather's). Per run they add up, in the engine core: the steps and
-their durations (from `schedule()` to its output, as `replay_steps.py` times them), the time
+`StateFeatherScheduler` (Feather's). Per run they add up, in the engine core: the steps, their
+durations (from `schedule()` to its output, as `replay_steps.py` times them) and shapes
+(requests, tokens), the time
 inside `schedule()` and `update_from_output()`, and every cyclic-GC pass (a `gc.callbacks`
 hook: passes, seconds and objects collected per generation). A daemon thread waits for the
 driver's request (`<log>.snap` holding a tag), and while the engine sits idle writes one JSON
 line to the log: those sums since the last line, Python's object counts (`gc.get_count`, the
 unfrozen objects `gc.get_objects` sees per generation, vLLM having frozen its startup heap,
-the most common types among them), the process's RSS, vLLM's request maps, and for Feather's
-scheduler the size of every structure it keeps (tracker, CHT, admission controller, policy).
+the most common types among them), the process's RSS, CPU time, page faults and glibc heap
+since the last line, vLLM's request maps and the order of its free KV blocks, and for
+Feather's scheduler the size of every structure it keeps (tracker, CHT, adapter, policy).
 Then it zeroes the sums. The objects are counted outside the timed runs.
 """
 
