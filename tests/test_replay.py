@@ -239,12 +239,13 @@ def test_command_failures_are_rows_and_the_record_is_written(tmp_path: Path) -> 
 
 def test_ctrl_c_keeps_the_finished_runs(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    # runs of 2 requests, 0.5 s apart, ~0.3 s each: the third answer ends the second run's
-    # first request, so the signal lands while that run waits for its second
+    # runs of 2 requests, 2 s apart, ~0.3 s each: the third answer ends the second run's
+    # first request, so the signal lands while that run waits for its second (the 1.7 s
+    # between keep it there on a loaded machine; 0.5 s apart failed under load)
     with FakeServer(token_delay_s=0.005) as server:
         cmd = [sys.executable, "-m", "feather_sched.cli", "replay", server.url,
                "--model", "tiny-llama", "-w", "no-sharing", "--limit", "2",
-               "--arrival", "bursts:1:0.5", "--repeats", "50", "--json", str(out)]  # fmt: skip
+               "--arrival", "bursts:1:2", "--repeats", "50", "--json", str(out)]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(SRC)}
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
