@@ -134,8 +134,8 @@ class SGLangQueue(Hosted):
         self.passes = 0
         self.timer: Callable[[], float] | None = None
         """Clock of `stats.ordering_s`, kept only when set (a benchmark sets
-        `time.process_time`). None, the default: not timed, as a server runs; the four clock
-        reads and two counter updates it costs an admission were ~5% of Feather's pass."""
+        `time.process_time`). None, the default: not timed, as a server runs (timing costs an
+        admission four clock reads and two counter updates)."""
         self.chunked_rid: str | None = None
         """The request SGLang is prefilling chunk by chunk: running, though in neither list."""
         self._chunk_pass = 0
