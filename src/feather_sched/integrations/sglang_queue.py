@@ -362,10 +362,7 @@ class SGLangQueue(Hosted):
             if self._prefix_in_flight(req):
                 p.deferring, p.pending = True, None
                 return self._skip(p, req, nothing_admitted)
-            if p.step.accept(p.pending):
-                return Offer.TRY
-            p.stopped = True
-            return self._never_stall(p, req, nothing_admitted)
+            return self._decide(p, req, nothing_admitted)
         finally:
             if timer:
                 self.stats.ordering_s += timer() - t0
@@ -444,11 +441,9 @@ class SGLangQueue(Hosted):
         """The adder answered: `added` to its batch; `proceed` = CONTINUE (look further)."""
         timer = self.timer
         t0 = timer() if timer else 0.0
-        rid, book = req.rid, self.book
-        if added and rid in book.waiting_ids:  # `_admit`, inline: once per admission
-            book.admit(rid)
-            self.snapshot.admitted(req)
-            self.stats.admitted += 1
+        rid = req.rid
+        if added and rid in self.book.waiting_ids:
+            self._admit(req)
         if added and chunked:
             self.chunked_rid = rid
             self._chunk_pass = self.passes
