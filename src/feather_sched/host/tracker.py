@@ -26,7 +26,7 @@ request object (`VLLM_FIELDS`, the default; the SGLang adapter and the simulator
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, KeysView, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -144,8 +144,9 @@ class RequestTracker:
 
     `block_size` is the engine's prefix-cache block (the granularity of its block hashes);
     the CHT's chunk is `block_size * chunk_blocks` tokens. `waiting_ids` and `running_ids`
-    are the CHT's membership as sets, so a host can diff its engine's lists against them with
-    C-level set operations (SGLang) or test membership in O(1). `strict=True` raises
+    are the CHT's own membership records as live set views (one record a request, not a copy
+    kept beside it), so a host can diff its engine's lists against them with C-level set
+    operations (SGLang) or test membership in O(1). `strict=True` raises
     `TrackerError` on a transition that is not a real move (the simulator's setting).
     """
 
@@ -164,8 +165,8 @@ class RequestTracker:
         self.strict = strict
         self.cht = ChunkedHashTree(self.block_size * self.chunk_blocks)
         self._meta: dict[str, _Meta] = {}
-        self.waiting_ids: set[str] = set()
-        self.running_ids: set[str] = set()
+        self.waiting_ids: KeysView[str] = self.cht.waiting_set
+        self.running_ids: KeysView[str] = self.cht.running_set
         self.hashed = 0
         """Prompts hashed here (not by the engine), each once, when first seen."""
         self._entries = itertools.count()
@@ -180,11 +181,9 @@ class RequestTracker:
         elif rid in self.running_ids:
             meta.entered = now  # a preempted request waits again from now
             self.cht.preempt(rid)
-            self.running_ids.discard(rid)
         else:
             return self._not_a_move(rid, "waiting", "it is already waiting")
         meta.order = next(self._entries)
-        self.waiting_ids.add(rid)
 
     def running(self, req: Any, now: float) -> None:
         """Ensure `req` is RUNNING (admitted by the engine)."""
@@ -194,22 +193,13 @@ class RequestTracker:
         if rid not in self.cht:
             self._not_a_move(rid, "running", "it never waited")
             self.cht.add(rid, digests=self._chunk_digests(self._meta_for(req, now)))
-        self.admit(rid)
-
-    def admit(self, request_id: str) -> None:
-        """WAITING -> RUNNING for a request the caller knows is waiting (in `waiting_ids`):
-        `running` without its checks, for the admission hot path (once per admission)."""
-        self.cht.admit(request_id)
-        self.waiting_ids.discard(request_id)
-        self.running_ids.add(request_id)
+        self.cht.admit(rid)
 
     def park(self, request_id: str) -> None:
         """Take the request out of the CHT but keep its metadata (it left the queue for a
         while, e.g. skipped this step or moved to another engine queue)."""
         if request_id in self.cht:
             self.cht.remove(request_id)
-            self.waiting_ids.discard(request_id)
-            self.running_ids.discard(request_id)
 
     def forget(self, request_id: str) -> None:
         """The request is gone for good (finished or aborted)."""

@@ -23,7 +23,7 @@ request costs one step per divergence point of its chain, not one per chunk.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, KeysView, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -40,6 +40,9 @@ from feather_sched.index.chain import (  # noqa: F401 (chain names re-exported: 
     chunk_digests,
     deepest_true,
 )
+
+
+_ABSENT = object()
 
 
 class CHTError(LookupError):
@@ -96,8 +99,10 @@ class ChunkedHashTree:
         self.chunk_size = int(chunk_size)
         self._root = ChainNode(None, 0, EMPTY_CHAIN)
         self._root.children = {}
-        self._leaf: dict[str, ChainNode] = {}
-        self._state: dict[str, RequestState] = {}
+        self._leaf: dict[str, ChainNode] = {}  # every request, in the order it was added
+        # Membership: one record a request, in the map of its state (the keys double as the
+        # hosts' id sets: `waiting_set`, `running_set`); _running in admission order.
+        self._waiting: dict[str, None] = {}
         self._running: dict[str, None] = {}
         self._end_keys: dict[Key, ChainNode] = {}  # every live node by the key of its last level
         self._running_keys = 0  # distinct keys held by running requests
@@ -112,14 +117,14 @@ class ChunkedHashTree:
 
     # ------------------------------------------------------------------ sizes and lookups
     def __len__(self) -> int:
-        return len(self._state)
+        return len(self._leaf)
 
     def __contains__(self, request_id: object) -> bool:
-        return request_id in self._state
+        return request_id in self._leaf
 
     @property
     def num_waiting(self) -> int:
-        return len(self._state) - len(self._running)
+        return len(self._waiting)
 
     @property
     def num_running(self) -> int:
@@ -137,8 +142,21 @@ class ChunkedHashTree:
         order degenerates to queue order: hosts use it to skip a policy for a step."""
         return self._shared_roots
 
+    @property
+    def waiting_set(self) -> KeysView[str]:
+        """The waiting ids as a live set view (membership and set algebra at C speed)."""
+        return self._waiting.keys()
+
+    @property
+    def running_set(self) -> KeysView[str]:
+        """The running ids as a live set view."""
+        return self._running.keys()
+
     def state(self, request_id: str) -> RequestState:
-        return self._state[self._known(request_id)]
+        if request_id in self._running:
+            return RequestState.RUNNING
+        self._known(request_id)
+        return RequestState.WAITING
 
     def keys_of(self, request_id: str) -> KeyChain:
         """Its keys `(level, digest)`, level 0 first; `len()` is O(1), items are built on
@@ -147,7 +165,7 @@ class ChunkedHashTree:
 
     def is_empty(self) -> bool:
         """True when no request and no per-key state remains (memory back to empty)."""
-        return not self._state and not self._root.children and not self._end_keys and not self._hot
+        return not self._leaf and not self._root.children and not self._end_keys and not self._hot
 
     # ------------------------------------------------------------------ updates
     def add(
@@ -162,7 +180,7 @@ class ChunkedHashTree:
         Pass `tokens` to hash here, or `digests` already chained at this index's chunk size
         (e.g. vLLM's block hashes when chunk_size == block_size) to skip hashing.
         """
-        if request_id in self._state:
+        if request_id in self._leaf:
             raise DuplicateRequestError(f"request {request_id!r} is already in the index")
         if (tokens is None) == (digests is None):
             raise ValueError("pass exactly one of tokens= or digests=")
@@ -172,7 +190,7 @@ class ChunkedHashTree:
             d = as_digest_array(digests)
         path = self._insert_chain(d) if len(d) else []
         self._leaf[request_id] = path[-1] if path else self._root
-        self._state[request_id] = RequestState.WAITING
+        self._waiting[request_id] = None
         if path and len(path[0].waiting) + path[0].running == 1:
             self._shared_roots += 1  # counted before the insert: 1 -> 2 holders
         self._add_waiting(request_id, path)
@@ -190,7 +208,7 @@ class ChunkedHashTree:
         every hot key: a long prompt shared by a backlog has hundreds, and each would later
         be popped stale inside a scheduling decision. The pushes' order does not matter (one
         admission pushes distinct levels, all newer than the heap's entries)."""
-        if self._state.get(request_id) is not RequestState.WAITING:
+        if self._waiting.pop(request_id, _ABSENT) is _ABSENT:
             self._expect(request_id, RequestState.WAITING, "admit")  # raises
         node, root = self._leaf[request_id], self._root
         below = 0  # waiting holders of the node under this one on the path
@@ -208,7 +226,6 @@ class ChunkedHashTree:
                     self._push_hot(node)
             below = held
             node = node.parent  # type: ignore[assignment]
-        self._state[request_id] = RequestState.RUNNING
         self._running[request_id] = None
 
     def preempt(self, request_id: str) -> None:
@@ -216,7 +233,7 @@ class ChunkedHashTree:
         path = self._path(self._expect(request_id, RequestState.RUNNING, "preempt"))
         self._remove_running(path)
         del self._running[request_id]
-        self._state[request_id] = RequestState.WAITING
+        self._waiting[request_id] = None
         self._add_waiting(request_id, path)
 
     def finish(self, request_id: str) -> None:
@@ -229,15 +246,13 @@ class ChunkedHashTree:
 
     def remove(self, request_id: str) -> None:
         """Drop a request in any state (abort, or removal from the waiting queue)."""
-        state = self._state.get(request_id)
-        if state is None:
-            raise UnknownRequestError(f"request {request_id!r} is not in the index")
-        path = self._path(self._leaf[request_id])
+        path = self._path(self._leaf[self._known(request_id)])
         self._drop_root(path)
-        if state is RequestState.RUNNING:
+        if request_id in self._running:
             self._remove_running(path)
             del self._running[request_id]
         else:
+            del self._waiting[request_id]
             for node in path:
                 del node.waiting[request_id]
         self._forget(request_id, path)
@@ -387,21 +402,23 @@ class ChunkedHashTree:
                 heapq.heappush(self._hot, entry)
 
     def waiting_ids(self) -> Iterator[str]:
-        return (r for r, s in self._state.items() if s is RequestState.WAITING)
+        """The waiting ids in the order they were first added."""
+        waiting = self._waiting
+        return (r for r in self._leaf if r in waiting)
 
     def running_ids(self) -> Iterator[str]:
         return iter(self._running)
 
     # ------------------------------------------------------------------ internals
     def _known(self, request_id: str) -> str:
-        if request_id not in self._state:
+        if request_id not in self._leaf:
             raise UnknownRequestError(f"request {request_id!r} is not in the index")
         return request_id
 
     def _expect(self, request_id: str, state: RequestState, op: str) -> ChainNode:
-        actual = self._state.get(request_id)
-        if actual is None:
+        if request_id not in self._leaf:
             raise UnknownRequestError(f"cannot {op} {request_id!r}: not in the index")
+        actual = RequestState.RUNNING if request_id in self._running else RequestState.WAITING
         if actual is not state:
             raise InvalidTransitionError(
                 f"cannot {op} {request_id!r}: it is {actual.value}, expected {state.value}"
@@ -525,10 +542,9 @@ class ChunkedHashTree:
             self._shared_roots -= 1
 
     def _forget(self, request_id: str, path: list[ChainNode]) -> None:
-        del self._state[request_id]
         del self._leaf[request_id]
         self._kill(path)
-        if not self._state:  # nothing left: drop the lazily-kept heap state too
+        if not self._leaf:  # nothing left: drop the lazily-kept heap state too
             self._hot.clear()
             self._in_hot.clear()
 

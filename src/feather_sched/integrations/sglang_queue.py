@@ -314,10 +314,11 @@ class SGLangQueue(Hosted):
         self.book.forget(rid)
 
     def _admit(self, req: Any) -> None:
-        """SGLang admitted `req`, which Feather holds waiting."""
-        self.book.admit(req.rid)
+        """SGLang admitted `req`, which Feather holds waiting (`running` without its checks:
+        the hot path, once an admission)."""
+        self.index.admit(req.rid)
         self.snapshot.admitted(req)
-        self.stats.admitted += 1
+        self.host.stats.admitted += 1
 
     # ------------------------------------------------------------------ one admission pass
     def begin_pass(self, waiting_queue: list, running: Iterable[Any] | None) -> None:
