@@ -243,7 +243,8 @@ class SGLangQueue(Hosted):
             self._add_new(reversed(found), fresh, now, running=False)
         # running requests never seen waiting (e.g. Feather enabled mid-flight)
         if cur_r is not None and running_reqs is not None:
-            unknown = cur_r - run - waiting
+            # read off cur_r: a set minus a key view walks the view (all that wait)
+            unknown = {rid for rid in cur_r if rid not in run and rid not in waiting}
             unknown.discard(chunked)
             if unknown:
                 self._add_new(iter(running_reqs), unknown, now, running=True)
