@@ -41,7 +41,6 @@ from feather_sched.index.chain import (  # noqa: F401 (chain names re-exported: 
     deepest_true,
 )
 
-
 _ABSENT = object()
 
 
