@@ -103,6 +103,8 @@ class ChunkedHashTree:
         # hosts' id sets: `waiting_set`, `running_set`); _running in admission order.
         self._waiting: dict[str, None] = {}
         self._running: dict[str, None] = {}
+        self.waiting_set: KeysView[str] = self._waiting.keys()  # live views: C-speed
+        self.running_set: KeysView[str] = self._running.keys()  # membership and set algebra
         self._end_keys: dict[Key, ChainNode] = {}  # every live node by the key of its last level
         self._running_keys = 0  # distinct keys held by running requests
         self._running_roots = 0  # distinct level-0 keys among running requests
@@ -140,16 +142,6 @@ class ChunkedHashTree:
         requests share any prefix chunk at all (digests are chained), so every prefix-aware
         order degenerates to queue order: hosts use it to skip a policy for a step."""
         return self._shared_roots
-
-    @property
-    def waiting_set(self) -> KeysView[str]:
-        """The waiting ids as a live set view (membership and set algebra at C speed)."""
-        return self._waiting.keys()
-
-    @property
-    def running_set(self) -> KeysView[str]:
-        """The running ids as a live set view."""
-        return self._running.keys()
 
     def state(self, request_id: str) -> RequestState:
         if request_id in self._running:
