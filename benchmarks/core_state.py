@@ -125,6 +125,7 @@ class _CoreState:
         line["vllm"] = _vllm_sizes(self)
         if hasattr(self, "feather"):
             line["feather"] = feather_sizes(self)
+            line["policy"] = policy_state(self.feather.policy)
         return line
 
 
@@ -231,6 +232,18 @@ def feather_sizes(sched: Any) -> dict[str, int]:
     sizes.update({f"stats_{k}": v for k, v in dataclasses.asdict(c.stats).items()
                   if isinstance(v, int)})  # fmt: skip
     return sizes
+
+
+def policy_state(policy: Any) -> dict[str, Any]:
+    """The policy's learning so far (a server never resets it: lifetime counts): decisions
+    asked, STOPs, exploratory STOPs, the exploration budget left, and the bandit's table."""
+    out = {k: getattr(policy, k) for k in ("decisions", "stops", "explorations", "budget",
+                                           "total_decisions", "reward_scale")
+           if hasattr(policy, k)}  # fmt: skip
+    table = getattr(policy, "table", None)
+    if table is not None:
+        out["table"] = table.to_dict()
+    return out
 
 
 class StateScheduler(_CoreState, Scheduler):

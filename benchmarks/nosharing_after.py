@@ -33,6 +33,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 LABELS = ("vllm", "feather")
 PHASES = (("cold", "no-sharing"), ("paper", "paper-32g"), ("after", "no-sharing"))
+"""The default phases: (name, workload) in the order each server runs them."""
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -51,12 +52,48 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--limit", type=int, default=None, help="Requests per workload (smoke).")
     parser.add_argument("--show", action="store_true", help="Print the record's table.")
+    parser.add_argument(
+        "--phases",
+        type=_phases,
+        default=PHASES,
+        help="NAME:WORKLOAD,... in order (default cold:no-sharing,paper:paper-32g,"
+        "after:no-sharing); the first no-sharing phase, if any, is the cold one every "
+        "later one is compared with.",
+    )
+    parser.add_argument(
+        "--feather-options",
+        type=json.loads,
+        default={},
+        help="JSON object merged into the Feather server's FEATHER_POLICY_OPTIONS "
+        '(e.g. \'{"stop_delay_share": 0.2}\').',
+    )
     args = parser.parse_args(argv)
     if not args.show and args.out is None:
         parser.error("--out is required to run")
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
     return args
+
+
+def _phases(text: str) -> tuple[tuple[str, str], ...]:
+    pairs = [tuple(p.split(":", 1)) for p in text.split(",")]
+    bad = [p for p in pairs if len(p) != 2 or p[1] not in ("no-sharing", "paper-32g")]
+    names = [p[0] for p in pairs]
+    if bad or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected distinct NAME:WORKLOAD pairs, WORKLOAD no-sharing or paper-32g"
+        )
+    return tuple(pairs)  # type: ignore[arg-type]
+
+
+def _with_options(spec: Any, options: dict[str, Any]) -> Any:
+    """`spec` with `options` merged into its FEATHER_POLICY_OPTIONS (a Feather server's)."""
+    env = dict(spec.env)
+    if not options or "FEATHER_POLICY_OPTIONS" not in env:
+        return spec
+    merged = {**json.loads(env["FEATHER_POLICY_OPTIONS"]), **options}
+    env["FEATHER_POLICY_OPTIONS"] = json.dumps(merged)
+    return dataclasses.replace(spec, env=tuple(env.items()))
 
 
 def _run(args: argparse.Namespace, rep: int, servers, endpoints, logs, work, record) -> None:
@@ -68,13 +105,13 @@ def _run(args: argparse.Namespace, rep: int, servers, endpoints, logs, work, rec
 
     order = [0, 1] if rep % 2 == 0 else [1, 0]
     spec = ReplaySpec(LABELS)
-    for phase, name in PHASES:
+    for phase, name in args.phases:
         for i in order:
             started = time.time()
             row = _measured_run(servers, endpoints, i, work[name], spec, None)
             snap = request_snapshot(logs[i], f"{rep}:{phase}")
             row.update(repeat=rep, phase=phase, started=round(started, 1))
-            if phase == "paper":  # 400-1,800 steps: their count, sum and median are kept
+            if name == "paper-32g":  # 400-1,800 steps: their count, sum and median are kept
                 snap = {k: v for k, v in snap.items() if k not in ("step_durations", "step_shapes")}
             record["runs"].append({**row, "core": snap})
             print(_line(row, snap), flush=True)
@@ -95,25 +132,30 @@ def _write(args: argparse.Namespace, record: dict[str, Any]) -> None:
     from feather_sched.bench.machine import write_record
 
     write_record(args.json, config=record["config"], runs=record["runs"],
-                 starts=record["starts"], summary=summary(record["runs"]))  # fmt: skip
+                 starts=record["starts"], summary=summary(record["runs"], args.phases))  # fmt: skip
 
 
-def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per server: each phase's throughput by repeat and its median, `after / cold` by repeat
-    and median (throughput, and the engine's step times: `step_ratio`); per phase: feather /
-    vllm by repeat and median (for no-sharing, by step times too)."""
+def summary(runs: list[dict[str, Any]], phases=PHASES) -> dict[str, Any]:
+    """Per server: each phase's throughput by repeat and its median; for every later
+    no-sharing phase, `<phase>_vs_cold` (the first no-sharing phase) by repeat and median
+    (throughput, and the engine's step times: `step_ratio`); per phase: feather / vllm by
+    repeat and median (for no-sharing, by step times too)."""
     by: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for r in runs:
         by.setdefault((r["policy"], r["phase"]), {})[r["repeat"]] = r
+    sharing_free = [p for p, w in phases if w == "no-sharing"]
     out: dict[str, Any] = {}
     for label in LABELS:
-        cold, after = by.get((label, "cold"), {}), by.get((label, "after"), {})
-        ratios = [after[k]["output_tok_s"] / cold[k]["output_tok_s"] for k in cold if k in after]
-        out[label] = {phase: _tputs(by.get((label, phase), {})) for phase, _ in PHASES}
-        out[label]["after_vs_cold"] = _ratios(ratios)
-        steps = [step_ratio(cold[k], after[k]) for k in cold if k in after]
-        out[label]["after_vs_cold_step"] = _ratios([x for x in steps if x is not None])
-    for phase, name in PHASES:
+        out[label] = {phase: _tputs(by.get((label, phase), {})) for phase, _ in phases}
+        cold = by.get((label, sharing_free[0]), {}) if sharing_free else {}
+        for later in sharing_free[1:]:
+            after = by.get((label, later), {})
+            common = [k for k in cold if k in after]
+            ratios = [after[k]["output_tok_s"] / cold[k]["output_tok_s"] for k in common]
+            out[label][f"{later}_vs_cold"] = _ratios(ratios)
+            steps = [step_ratio(cold[k], after[k]) for k in common]
+            out[label][f"{later}_vs_cold_step"] = _ratios([x for x in steps if x is not None])
+    for phase, name in phases:
         v, f = by.get(("vllm", phase), {}), by.get(("feather", phase), {})
         pairs = [f[k]["output_tok_s"] / v[k]["output_tok_s"] for k in v if k in f]
         out[f"feather_vs_vllm_{phase}"] = _ratios(pairs)
@@ -121,6 +163,11 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             steps = [step_ratio(v[k], f[k]) for k in v if k in f]
             out[f"feather_vs_vllm_{phase}_step"] = _ratios([x for x in steps if x is not None])
     return out
+
+
+def record_phases(record: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The phases a record ran (`config["phases"]`, "name: workload")."""
+    return tuple(tuple(p.split(": ", 1)) for p in record["config"]["phases"])  # type: ignore[misc]
 
 
 def step_ratio(a: dict[str, Any], b: dict[str, Any]) -> float | None:
@@ -151,13 +198,14 @@ def _ratios(values: list[float]) -> dict[str, Any]:
 def show(path: Path) -> str:
     """The record's table: per server and phase, tok/s by repeat, and the ratios."""
     record = json.loads(path.read_text())
-    s = summary(record["runs"])
+    phases = record_phases(record)
+    s = summary(record["runs"], phases)
     lines = []
     for label in LABELS:
-        for phase, _ in PHASES:
+        for phase, _ in phases:
             t = s[label][phase]
             lines.append(f"{label:<8}{phase:<6} median {t['median']} tok/s, by repeat {t['tok_s']}")
-        for key in ("after_vs_cold", "after_vs_cold_step"):
+        for key in [k for k in s[label] if k.endswith(("_vs_cold", "_vs_cold_step"))]:
             r = s[label][key]
             lines.append(f"{label:<8}{key}: median {r['median']}, by repeat {r['per_repeat']}")
     for key in [k for k in s if k.startswith("feather_vs_vllm")]:
@@ -221,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     config = {**config_provenance(), "scenario": args.scenario, "model": "kv-bound"}
     config.update(model_in_core=True, stream_interval=1, reset_prefix_cache=True, limit=args.limit)
-    config["phases"] = [f"{p}: {w}" for p, w in PHASES]
+    config["feather_options"] = args.feather_options
+    config["phases"] = [f"{p}: {w}" for p, w in args.phases]
     record: dict[str, Any] = {"config": config, "runs": [], "starts": []}
     bench = BenchSpec(workloads=("no-sharing", "paper-32g"), limit=args.limit)
     work = {w.name: w for w in replay_workloads(bench, "kv-bound", None, 4096)}
@@ -232,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
             break
         logs = [(args.out / f"rep{rep}-{label}-core.jsonl").resolve() for label in LABELS]
         specs = server_specs(args.scenario, args.cache, model_in_core=True)
-        specs = [state_spec(spec, log) for spec, log in zip(specs, logs)]
+        specs = [state_spec(_with_options(s, args.feather_options), log)
+                 for s, log in zip(specs, logs)]  # fmt: skip
         with (
             _held(args.lock),
             tempfile.TemporaryDirectory() as tmp,

@@ -28,10 +28,12 @@ from feather_sched.workloads import LongPrefixWorkload, NoSharingWorkload
 COST = StepCostModel("h100-free-l2", "llama-3-8b")
 
 
-def _stop_everywhere() -> FeatherPolicy:
-    """A frozen table that prefers STOP in every state, its holds unbounded: the worst case
-    for starvation."""
-    policy = FeatherPolicy(learn=False, max_wait_s=1e9, max_hold_steps=None)
+def _stop_everywhere(stop_delay_share: float | None = None) -> FeatherPolicy:
+    """A frozen table that prefers STOP in every state, its holds unbounded (and its STOPs,
+    unless `stop_delay_share` is given): the worst case for starvation."""
+    policy = FeatherPolicy(
+        learn=False, max_wait_s=1e9, max_hold_steps=None, stop_delay_share=stop_delay_share
+    )
     for b in range(10):
         for lost in range(9):
             for g in range(9):
@@ -182,9 +184,8 @@ def test_budget_grows_with_rewards_and_is_spent_on_exploration() -> None:
     assert policy.budget == pytest.approx(0.4)  # alpha of each of the three rewards
 
 
-def test_starvation_guard_bounds_waiting() -> None:
-    """A stream of group-A requests keeps the batch busy; a lone group-B request would wait
-    behind all of them under a STOP-everywhere table, unless the guard admits it."""
+def _a_stream_and_two_b() -> list[Request]:
+    """600 group-A requests arriving 10 ms apart and two group-B requests at 50 ms."""
     prefix_a = np.random.default_rng(1).integers(0, 1000, 2048).astype(np.int32)
     prefix_b = np.random.default_rng(2).integers(0, 1000, 2048).astype(np.int32)
     reqs = [
@@ -193,6 +194,13 @@ def test_starvation_guard_bounds_waiting() -> None:
     ]
     # two B requests, so they have a shared prefix that admitting them would bring in
     reqs += [Request(f"b{j}", np.r_[prefix_b, [j, 2]], 4, arrival_time=0.05) for j in range(2)]
+    return reqs
+
+
+def test_starvation_guard_bounds_waiting() -> None:
+    """A stream of group-A requests keeps the batch busy; a lone group-B request would wait
+    behind all of them under a STOP-everywhere table, unless the guard admits it."""
+    reqs = _a_stream_and_two_b()
     cfg = EngineConfig(max_num_seqs=32)
 
     unguarded = simulate(reqs, _stop_everywhere(), COST, cfg)
@@ -206,6 +214,23 @@ def test_starvation_guard_bounds_waiting() -> None:
     assert b_wait < 0.5 + 0.2
     assert guarded_policy.starvation_admits >= 1
     assert len(guarded.records) == len(reqs)
+
+
+def test_stop_delay_bounds_what_stops_add_to_the_tail() -> None:
+    """The same STOP-everywhere table, with the STOP delay bound: once STOPs have held the
+    oldest waiting request back for a fifth of its wait they become ADDs, so no request
+    waits far beyond what the steps that were not STOPs made it wait."""
+    reqs = _a_stream_and_two_b()
+    cfg = EngineConfig(max_num_seqs=32)
+    unbounded = simulate(reqs, _stop_everywhere(), COST, cfg)
+    policy = _stop_everywhere(stop_delay_share=0.2)
+    bounded = simulate(reqs, policy, COST, cfg)
+    assert policy.delay.vetoes > 0 and policy.stops > 0
+    assert len(bounded.records) == len(reqs)
+    b_unbounded = max(r.ttft for r in unbounded.records if r.request_id.startswith("b"))
+    b_bounded = max(r.ttft for r in bounded.records if r.request_id.startswith("b"))
+    assert b_bounded < b_unbounded / 2
+    assert policy.delay.held_s > 0
 
 
 def test_learns_to_stop_mixing_long_prefixes() -> None:
@@ -259,6 +284,8 @@ def test_options_are_validated() -> None:
         FeatherPolicy(alpha=1.0)
     with pytest.raises(ValueError, match="initial_budget"):
         FeatherPolicy(initial_budget=-1)
+    with pytest.raises(ValueError, match="stop_delay_share"):
+        FeatherPolicy(stop_delay_share=1.5)
 
 
 def test_precision_weighted_prior_and_data() -> None:

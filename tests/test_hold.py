@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from feather_sched.policies.hold import HoldBound
+from feather_sched.policies.hold import HoldBound, StopDelay
 
 
 def test_a_step_after_max_steps_holds_is_released() -> None:
@@ -49,3 +49,49 @@ def test_never_more_than_max_steps_held_in_a_row(bound: int, holds: list[bool]) 
         else:
             run = 0
         assert run <= bound
+
+
+def test_stop_delay_counts_stop_steps_since_the_head_arrived() -> None:
+    delay = StopDelay(share=0.5)
+    delay.stopped(now=0.0)
+    delay.end_step(step_time=1.0)  # a STOP step, before the head arrived
+    delay.end_step(step_time=1.0)  # no STOP
+    assert delay.allows(now=2.0, head_arrival=1.5, mean_wait=0.0)  # nothing held since
+    delay.stopped(now=2.0)
+    delay.stopped(now=2.1)  # a second STOP in the same step: one step held
+    delay.end_step(step_time=1.0)  # held 1 s of a 1.5 s wait: over half
+    assert not delay.allows(now=3.0, head_arrival=1.5, mean_wait=0.0)
+    assert delay.allows(now=3.0, head_arrival=1.5, mean_wait=2.0)  # not the tail yet
+    assert delay.vetoes == 1
+    assert StopDelay(share=None).allows(now=3.0, head_arrival=1.5, mean_wait=0.0)
+    with pytest.raises(ValueError, match="stop_delay_share"):
+        StopDelay(share=1.0)
+
+
+def _eighths(most: int) -> st.SearchStrategy[float]:
+    return st.integers(0, most).map(lambda k: k / 8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.floats(0.0, 0.9),
+    st.lists(
+        st.tuples(st.booleans(), _eighths(16), _eighths(8), _eighths(24)),
+        max_size=60,
+    ),
+)
+def test_stop_delay_matches_a_brute_force_sum(share: float, steps: list) -> None:
+    """Against the definition: the STOP steps that started after the head arrived, summed
+    (times in eighths of a second, so both sums are exact)."""
+    delay, now, head, held_steps = StopDelay(share), 0.0, 0.0, []
+    for stop, step_time, head_move, mean_wait in steps:
+        if stop:
+            delay.stopped(now)
+            if step_time > 0:
+                held_steps.append((now, step_time))
+        now += step_time
+        delay.end_step(step_time)
+        head = min(now, head + head_move)  # the head's arrival never moves back
+        held = sum(t for at, t in held_steps if at > head)
+        expected = held <= share * max(now - head, mean_wait)
+        assert delay.allows(now, head, mean_wait) == expected

@@ -42,7 +42,10 @@ Learning generalises through back-off: a state with fewer than two rewards for e
 decides from a coarse state, (candidate's group bin - batch bin, lost bin), shared by every
 batch size where the candidate's group is as large relative to the batch. The table can be
 saved and loaded so a deployment starts warm. Nothing starves: `starvation.StarvationGuard`
-admits an over-age queue head first, within a bounded share of admissions. Nothing thrashes:
+admits an over-age queue head first, within a bounded share of admissions. On request
+(`stop_delay_share`), `hold.StopDelay` also bounds what STOPs add to the tail: a STOP becomes
+an ADD once STOPs have held the oldest waiting request back for that share of its wait (off by
+default: see hold.py for what it fixes and what it costs). Nothing thrashes:
 in the steps it reorders, `kv_gate.KvGate` refuses a candidate whose KV the engine could not
 keep as the running requests grow, so a prefix order does not preempt (and recompute) what it
 just admitted.
@@ -64,7 +67,7 @@ from feather_sched.policies.base import Policy, SchedulerView, is_decode_step
 from feather_sched.policies.fcfs import queue_head
 from feather_sched.policies.features import DecisionState, decision_state
 from feather_sched.policies.grouped import grouped_candidates
-from feather_sched.policies.hold import MAX_HOLD_STEPS, HoldBound
+from feather_sched.policies.hold import MAX_HOLD_STEPS, HoldBound, StopDelay
 from feather_sched.policies.kv_gate import KvGate
 from feather_sched.policies.order import GroupingJudge
 from feather_sched.policies.starvation import (
@@ -124,6 +127,7 @@ class FeatherPolicy(Policy):
         prior_error: float = 0.05,
         kv_gate: bool = True,
         max_hold_steps: int | None = MAX_HOLD_STEPS,
+        stop_delay_share: float | None = None,
     ) -> None:
         """`alpha`: exploration budget, a fraction of the rewards received; `confidence`:
         standard errors STOP's lead must clear; `prior_error`: standard error of the cost
@@ -132,7 +136,9 @@ class FeatherPolicy(Policy):
         names: `make_policy("feather", hardware=..., model=...)`, `cost.resolve_cost`);
         `max_wait_s`, `starvation_share`, `wait_factor`: the starvation guard's;
         `max_hold_steps`: steps in a row the KV gate may hold the queue back (None: until
-        the KV fits, trading time to first token for throughput; hold.py). Each default
+        the KV fits, trading time to first token for throughput; hold.py);
+        `stop_delay_share`: the most of the oldest waiting request's wait that STOPs may
+        have held it back (None, the default: no bound; hold.StopDelay). Each default
         was measured against half and double its value on the simulator suite (none is
         beaten by more than 0.5% on any workload): benchmarks/feather.md, "The constants,
         measured" (benchmarks/bandit_constants.py)."""
@@ -155,6 +161,7 @@ class FeatherPolicy(Policy):
         self.judge = GroupingJudge(self.cost)
         self.gate = KvGate() if kv_gate else None
         self.hold = HoldBound(max_hold_steps)
+        self.delay = StopDelay(stop_delay_share)
         self.learn = learn
         self.table = BanditTable(confidence)
         self.reward_scale = 0.0  # best decode-step tokens/s seen: the unit of gains
@@ -180,6 +187,7 @@ class FeatherPolicy(Policy):
         if self.gate is not None:
             self.gate.reset()
         self.hold.reset()
+        self.delay.reset()
         self._gating = False
         self.budget = self.initial_budget
         self.decisions = 0
@@ -231,10 +239,23 @@ class FeatherPolicy(Policy):
             return False
         if not forced:
             state = decision_state(view.index, request_id)
-            if self.asks(state) and self.decide(state, self.prior(view, state, request_id)) == STOP:
+            if (
+                self.asks(state)
+                and self._may_stop(view)
+                and self.decide(state, self.prior(view, state, request_id)) == STOP
+            ):
+                self.delay.stopped(view.now)
                 return False
         self.guard.admitted(view, request_id, forced)
         return True
+
+    def _may_stop(self, view: SchedulerView) -> bool:
+        """Whether a STOP now keeps the tail bound (`hold.StopDelay`); if not, the candidate
+        is added unasked."""
+        head = next(view.waiting_ids(), None)
+        if head is None:
+            return True
+        return self.delay.allows(view.now, view.arrival_time(head), self.guard.mean_wait)
 
     def asks(self, state: DecisionState) -> bool:
         """A decision is needed only to open a new prefix group in a non-empty batch: the
@@ -329,6 +350,7 @@ class FeatherPolicy(Policy):
         self, view: SchedulerView, step_time: float, batch_size: int, prefill_tokens: int = 0
     ) -> None:
         self.judge.observe()
+        self.delay.end_step(step_time)
         if step_time <= 0 or batch_size <= 0:
             return
         per_token = step_time / (prefill_tokens + batch_size)

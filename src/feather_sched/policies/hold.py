@@ -14,11 +14,15 @@ starts again. Steps count where the host asks the policy, so the bound is in the
 unit, whatever a step lasts on the hardware. `None` holds until the KV fits: more throughput
 under KV pressure, knowingly traded for the tail (`feather-hold`).
 
-Only the gate's holds are bounded. The bandit's STOPs hold a group back too, but they are the
-paper's mechanism, taken only with confidence or a model's prior and under the starvation
-guard; bounding them the same way cost 64% of Feather's throughput on long-prefix where
-homogeneity pays (the free-L2 sensitivity profile), with no tail at stake there.
-Measured: benchmarks/overload.md, "Holding back, bounded".
+The bandit's STOPs hold the queue back too, and by default they are not bounded: bounding
+them in steps, as the gate's holds, cost 64% of Feather's throughput on long-prefix on the
+free-L2 sensitivity profile (benchmarks/overload.md, "Holding back, bounded"). `StopDelay`
+bounds them in time, on request (`stop_delay_share`): the STOP steps since the oldest waiting
+request arrived may add up to at most that share of its wait. On a live vLLM server that kept
+learning from burst to burst, unbounded STOPs took the TTFT p99 to 1.7-1.8x vLLM's, with a
+share of 0.2 it stayed at 0.95-1.16x at the same throughput; but on the free-L2 profile the
+same bound gives up half or more of the estimated gain, where STOPs shorten every wait
+(benchmarks/replay.md, "A server that keeps learning").
 
 Some bursts outgrow the KV cache whatever the order: with a tail within 1.5x of the
 engine's, every request starts before any can finish, so the engine must preempt, and no
@@ -29,6 +33,9 @@ and changed nothing there.
 """
 
 from __future__ import annotations
+
+import math
+from collections import deque
 
 MAX_HOLD_STEPS = 4
 """Default bound, in steps: the largest of 2, 4, 8 that keeps Feather's TTFT p99 within 1.5x
@@ -64,3 +71,61 @@ class HoldBound:
     def held(self) -> None:
         """This step held the queue back (the gate refused a candidate)."""
         self._held_now = True
+
+
+class StopDelay:
+    """How long the bandit's STOPs have held the queue back; says when one more would push
+    the tail (`share` None: never).
+
+    A STOP ends a step's admissions, so every waiting request waits that step out. The
+    bandit's reward is a step's throughput, which a STOP that lets a batch drain before the
+    next group raises, so on a server that keeps learning the table can settle on STOP for
+    every large batch (measured on a live vLLM server: 10 STOPs in its first burst, 608 by
+    its fifth, TTFT p99 1.7-1.8x vLLM's, at 651-685 tok/s against 634 in the first). The
+    bound: a STOP is allowed only while the STOP steps since the queue head arrived add up
+    to at most `share` of its wait (or of the recent admissions' mean wait, if longer: a
+    request that has just arrived is not the tail). It bounds the delay STOPs add to the
+    oldest request, whatever the table has learned; O(1) a step (a queue of STOP steps'
+    start times, trimmed as the head moves on). It cannot tell a STOP that delays the queue
+    from one that, by speeding the batch, shortens every later wait (the free-L2 profile's
+    case), which is why it is not the default."""
+
+    def __init__(self, share: float | None = None) -> None:
+        if share is not None and not 0 <= share < 1:
+            raise ValueError(f"stop_delay_share must be in [0, 1) or None, got {share}")
+        self.share = share
+        self.reset()
+
+    def reset(self) -> None:
+        self.held_s = 0.0
+        """Seconds of steps a STOP ended, this run."""
+        self._marks: deque[tuple[float, float]] = deque([(-math.inf, 0.0)])
+        self._stopped_at: float | None = None
+        self.vetoes = 0
+        """STOPs turned into ADDs by the bound (this run)."""
+
+    def stopped(self, now: float) -> None:
+        """The step starting at `now` ended its admissions with a STOP."""
+        if self._stopped_at is None:
+            self._stopped_at = now
+
+    def end_step(self, step_time: float) -> None:
+        """A step ended, lasting `step_time`: a STOP step's time is held time (for the
+        requests that were waiting when it started)."""
+        at, self._stopped_at = self._stopped_at, None
+        if at is not None and step_time > 0:
+            self.held_s += step_time
+            self._marks.append((at, self.held_s))
+
+    def allows(self, now: float, head_arrival: float, mean_wait: float) -> bool:
+        """May the policy STOP now, with the oldest waiting request in since `head_arrival`?"""
+        if self.share is None:
+            return True
+        marks = self._marks
+        while len(marks) > 1 and marks[1][0] <= head_arrival:
+            marks.popleft()
+        held = self.held_s - marks[0][1]
+        if held <= self.share * max(now - head_arrival, mean_wait):
+            return True
+        self.vetoes += 1
+        return False
