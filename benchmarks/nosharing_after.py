@@ -65,7 +65,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         type=json.loads,
         default={},
         help="JSON object merged into the Feather server's FEATHER_POLICY_OPTIONS "
-        '(e.g. \'{"stop_delay_share": 0.2}\').',
+        "(e.g. '{\"stop_delay_share\": 0.2}').",
     )
     args = parser.parse_args(argv)
     if not args.show and args.out is None:
