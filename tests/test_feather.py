@@ -115,6 +115,44 @@ def test_exploration_is_paid_from_the_budget() -> None:
     assert table.choose(key, scale=1.0, budget=100.0).action == ADD
 
 
+@pytest.mark.parametrize("forget", [None, 64])
+def test_an_arm_no_longer_played_is_sampled_again(forget: int | None) -> None:
+    """The live server's case: ADD's rewards all from one early burst, then STOP confident.
+    Without fading ADD is never played again; with it, ADD's evidence fades below what the
+    test needs and ADD is played (and rewarded) again within about a hundred decisions."""
+    table = BanditTable(confidence=1.0, forget=forget)
+    key = (8, 6, 4)
+    for r in np.random.default_rng(0).normal(789.0, 65.0, 16):
+        _reward(table, key, ADD, float(r))
+    for r in (970.0, 974.0):
+        _reward(table, key, STOP, r)
+    scale, first_add = 1352.0, None
+    for i in range(400):
+        action = table.choose(key, scale, budget=0.0).action
+        _reward(table, key, action, 1150.0 if action == ADD else 1110.0 + (i % 3))
+        if action == ADD and first_add is None:
+            first_add = i
+    if forget is None:
+        assert first_add is None  # locked in by the first burst's evidence
+    else:
+        assert first_add is not None and first_add < 150
+        assert table.greedy(key, scale) == ADD  # fresh evidence: STOP does not win now
+
+
+def test_fading_keeps_the_mean_and_shrinks_the_evidence() -> None:
+    arm = Arm()
+    for r in (1.0, 2.0, 4.0):
+        arm.add(r)
+    mean, var = arm.mean, arm.var()
+    arm.fade(0.5)
+    assert arm.mean == mean and arm.n == 1.5 and arm.pulls == 0
+    assert arm.var() == pytest.approx(var * 0.5 * 2 / 0.5)  # m2 halved over n - 1 = 0.5
+    arm.add(3.0)  # a weighted Welford step: the weighted mean of the rewards so far
+    assert arm.mean == pytest.approx((0.5 * (1 + 2 + 4) + 3.0) / 2.5)
+    with pytest.raises(ValueError, match="forget"):
+        BanditTable(forget=0)
+
+
 def test_new_states_back_off_to_their_coarse_state() -> None:
     """A fine state without two rewards for both actions decides from (group - batch,
     lost); once it has its own evidence it decides alone."""
@@ -131,7 +169,8 @@ def test_new_states_back_off_to_their_coarse_state() -> None:
         _reward(table, unseen, STOP, r)
         _reward(table, unseen, ADD, r / 6)
     assert table.greedy(unseen) == STOP  # its own evidence now decides
-    assert table.stats[coarse_key(unseen)][STOP].n == 6  # and it fed the coarse state too
+    # and it fed the coarse state too: 6 rewards, faded by the 12 decisions since the first
+    assert 6 * table.keep**12 < table.stats[coarse_key(unseen)][STOP].n < 6
 
 
 def test_arm_moments_match_numpy() -> None:

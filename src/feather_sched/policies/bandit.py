@@ -18,6 +18,12 @@ A caller with a step-cost model of its hardware may add a prior: the model's pre
 of STOP over ADD with its standard error. Prior and data are two independent estimates of the
 same gain, combined by their precisions, so a model decides where the table knows nothing
 and the table's evidence overrides the model as it accumulates.
+
+Rewards drift (a server warms up, its load and batch mix move), so evidence fades: each
+decision in a state discounts the rewards its arms have received (`FORGET_DECISIONS`, as in
+discounted bandits for changing rewards, Garivier and Moulines, ALT 2011). An arm no longer
+played loses the evidence the test needs and is sampled again; without it, a table that is
+confident STOP keeps an early burst's ADD evidence for good.
 """
 
 from __future__ import annotations
@@ -37,12 +43,20 @@ def coarse_key(key: tuple[int, ...]) -> tuple[int, int]:
 @dataclass(slots=True)
 class Arm:
     """One action's record in one state: pulls (decisions taken, rewards may be pending) and
-    the running mean and variance of the rewards received (Welford)."""
+    the running mean and variance of the rewards received (Welford, with weights: `fade`
+    discounts the rewards received so far, so `n` is an effective count; pulls do not fade,
+    so an untried STOP is still tried at most `MIN_REWARDS` times)."""
 
     pulls: int = 0
-    n: int = 0
+    n: float = 0
     mean: float = 0.0
     m2: float = 0.0
+
+    def fade(self, keep: float) -> None:
+        """Weigh the rewards received so far by `keep` (the mean stays; its evidence
+        shrinks)."""
+        self.n *= keep
+        self.m2 *= keep
 
     def add(self, reward: float) -> None:
         self.n += 1
@@ -79,6 +93,14 @@ def combine(data: tuple[float, float], prior: tuple[float, float] | None) -> tup
     return (wd * data[0] + wp * prior[0]) / (wd + wp), (wd + wp) ** -0.5
 
 
+FORGET_DECISIONS = 64
+"""Decisions in a state over which its evidence fades (each weighs what its state knew by
+1 - 1/64). Rewards drift: a server warms up, load moves, the batch's mix changes. Without
+fading, a conservative bandit that has become confident STOP never samples ADD again, so
+ADD's evidence from one early burst decides every later one (measured on a live vLLM server:
+benchmarks/replay.md, "A server that keeps learning"). Faded, the arm no longer played drops
+below `MIN_REWARDS` within about a hundred decisions and is sampled again."""
+
 MIN_REWARDS = 2
 """Rewards an arm needs before its variance, and so the test, is defined (the fewest a sample
 variance takes; the other constants' measurement: benchmarks/feather.md, "The constants,
@@ -96,10 +118,14 @@ class BanditTable:
     ratio, decides.
     """
 
-    def __init__(self, confidence: float = 1.0) -> None:
+    def __init__(self, confidence: float = 1.0, forget: int | None = FORGET_DECISIONS) -> None:
         if confidence < 0:
             raise ValueError(f"confidence must be >= 0, got {confidence}")
+        if forget is not None and forget < 1:
+            raise ValueError(f"forget must be >= 1 decision or None, got {forget}")
         self.confidence = confidence
+        self.keep = 1.0 if forget is None else 1.0 - 1.0 / forget
+        """What each decision in a state leaves of its earlier evidence (1: nothing fades)."""
         self.stats: dict[tuple[int, ...], tuple[Arm, Arm]] = {}
 
     def _row(self, key: tuple[int, ...]) -> tuple[Arm, Arm]:
@@ -166,8 +192,14 @@ class BanditTable:
         return self.choose(key, scale, budget=-1.0, prior=prior).action
 
     def pull(self, key: tuple[int, ...], action: int) -> None:
+        """A decision in `key` (and its coarse state): earlier evidence fades, `action` is
+        pulled."""
         for k in (key, coarse_key(key)):
-            self._row(k)[action].pulls += 1
+            row = self._row(k)
+            if self.keep < 1.0:
+                row[ADD].fade(self.keep)
+                row[STOP].fade(self.keep)
+            row[action].pulls += 1
 
     def update(self, key: tuple[int, ...], action: int, reward: float) -> None:
         for k in (key, coarse_key(key)):
@@ -182,7 +214,7 @@ class BanditTable:
         for k, v in data.items():
             try:
                 key = tuple(int(x) for x in k.split(","))
-                arms = tuple(Arm(int(a[0]), int(a[1]), float(a[2]), float(a[3])) for a in v)
+                arms = tuple(Arm(int(a[0]), float(a[1]), float(a[2]), float(a[3])) for a in v)
             except (ValueError, TypeError, IndexError):
                 raise ValueError(f"bad bandit row for state {k!r}: {v!r}") from None
             if len(key) not in (2, 3) or len(arms) != 2:

@@ -19,10 +19,11 @@ them in steps, as the gate's holds, cost 64% of Feather's throughput on long-pre
 free-L2 sensitivity profile (benchmarks/overload.md, "Holding back, bounded"). `StopDelay`
 bounds them in time, on request (`stop_delay_share`): the STOP steps since the oldest waiting
 request arrived may add up to at most that share of its wait. On a live vLLM server that kept
-learning from burst to burst, unbounded STOPs took the TTFT p99 to 1.7-1.8x vLLM's, with a
-share of 0.2 it stayed at 0.95-1.16x at the same throughput; but on the free-L2 profile the
-same bound gives up half or more of the estimated gain, where STOPs shorten every wait
-(benchmarks/replay.md, "A server that keeps learning").
+learning from burst to burst, unbounded STOPs took the TTFT p99 to 1.7-1.8x vLLM's (1.06-1.56x
+once the bandit's evidence faded, bandit.py); with a share of 0.2 it stayed at 0.95-1.16x at
+the same throughput. But on the free-L2 profile the same bound gives up half or more of the
+estimated gain, where STOPs shorten every wait (benchmarks/replay.md, "A server that keeps
+learning").
 
 Some bursts outgrow the KV cache whatever the order: with a tail within 1.5x of the
 engine's, every request starts before any can finish, so the engine must preempt, and no
@@ -77,11 +78,10 @@ class StopDelay:
     """How long the bandit's STOPs have held the queue back; says when one more would push
     the tail (`share` None: never).
 
-    A STOP ends a step's admissions, so every waiting request waits that step out. The
-    bandit's reward is a step's throughput, which a STOP that lets a batch drain before the
-    next group raises, so on a server that keeps learning the table can settle on STOP for
-    every large batch (measured on a live vLLM server: 10 STOPs in its first burst, 608 by
-    its fifth, TTFT p99 1.7-1.8x vLLM's, at 651-685 tok/s against 634 in the first). The
+    A STOP ends a step's admissions, so every waiting request waits that step out, and the
+    bandit's reward, a step's throughput, does not see it: on a live vLLM server whose table
+    kept an early burst's ADD evidence (before the bandit's evidence faded) it settled on
+    STOP for every large batch, TTFT p99 1.7-1.8x vLLM's at about the same throughput. The
     bound: a STOP is allowed only while the STOP steps since the queue head arrived add up
     to at most `share` of its wait (or of the recent admissions' mean wait, if longer: a
     request that has just arrived is not the tail). It bounds the delay STOPs add to the
