@@ -251,7 +251,9 @@ class FeatherPolicy(Policy):
 
     def _may_stop(self, view: SchedulerView) -> bool:
         """Whether a STOP now keeps the tail bound (`hold.StopDelay`); if not, the candidate
-        is added unasked."""
+        is added unasked. Free without the bound (the default): nothing is read."""
+        if self.delay.share is None:
+            return True
         head = next(view.waiting_ids(), None)
         if head is None:
             return True
