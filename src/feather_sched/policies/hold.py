@@ -20,10 +20,10 @@ free-L2 sensitivity profile (benchmarks/overload.md, "Holding back, bounded"). `
 bounds them in time, on request (`stop_delay_share`): the STOP steps since the oldest waiting
 request arrived may add up to at most that share of its wait. On a live vLLM server that kept
 learning from burst to burst, unbounded STOPs took the TTFT p99 to 1.7-1.8x vLLM's (1.06-1.56x
-once the bandit's evidence faded, bandit.py); with a share of 0.2 it stayed at 0.95-1.16x at
-the same throughput. But on the free-L2 profile the same bound gives up half or more of the
-estimated gain, where STOPs shorten every wait (benchmarks/replay.md, "A server that keeps
-learning").
+once the bandit's evidence faded, bandit.py); with a share of 0.2 (measured before the
+fading) it stayed at 0.95-1.16x at the same throughput. But on the free-L2 profile the same
+bound gives up half or more of the estimated gain, where STOPs shorten every wait
+(benchmarks/replay.md, "A server that keeps learning").
 
 Some bursts outgrow the KV cache whatever the order: with a tail within 1.5x of the
 engine's, every request starts before any can finish, so the engine must preempt, and no
