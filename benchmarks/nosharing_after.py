@@ -70,6 +70,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not args.show and args.out is None:
         parser.error("--out is required to run")
+    if not isinstance(args.feather_options, dict):
+        parser.error(f"--feather-options must be a JSON object, got {args.feather_options!r}")
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
     return args
@@ -135,7 +137,9 @@ def _write(args: argparse.Namespace, record: dict[str, Any]) -> None:
                  starts=record["starts"], summary=summary(record["runs"], args.phases))  # fmt: skip
 
 
-def summary(runs: list[dict[str, Any]], phases=PHASES) -> dict[str, Any]:
+def summary(
+    runs: list[dict[str, Any]], phases: tuple[tuple[str, str], ...] = PHASES
+) -> dict[str, Any]:
     """Per server: each phase's throughput by repeat and its median; for every later
     no-sharing phase, `<phase>_vs_cold` (the first no-sharing phase) by repeat and median
     (throughput, and the engine's step times: `step_ratio`); per phase: feather / vllm by

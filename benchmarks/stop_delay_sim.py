@@ -20,6 +20,7 @@ from feather_sched.api import simulate
 from feather_sched.bench.machine import write_record
 from feather_sched.cost.resolve import resolve_cost
 from feather_sched.policies.feather import FeatherPolicy
+from feather_sched.policies.hold import StopDelay
 from feather_sched.workloads.presets import PRESETS
 
 MODEL = "llama-3.1-8b"
@@ -54,9 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args(argv)
     hardware = [h for h in args.hardware.split(",") if h]
-    for h in hardware:
-        resolve_cost(h, MODEL)  # a bad name fails here, before any run
-    provenance = {h: resolve_cost(h, MODEL).hardware.provenance for h in hardware}
+    try:  # bad input fails here, before any run
+        StopDelay(args.share)
+        provenance = {h: resolve_cost(h, MODEL).hardware.provenance for h in hardware}
+    except ValueError as err:
+        parser.error(str(err))
     found = [r for h in hardware for r in rows(h, args.share)]
     config = {"hardware": hardware, "provenance": provenance, "model": MODEL, "share": args.share}
     write_record(args.json, config=config, rows=found)
