@@ -7,6 +7,7 @@ and best workload. The simulator is deterministic, so one run per cell is the re
 `--no-prior` runs feather without its step-cost prior (`feather bench --feather-hardware
 none`), where only the bandit's data decides.
 Usage: python benchmarks/bandit_constants.py [--hardware h100] [--no-prior] [--json FILE]
+       [--constants NAME,NAME]  (only those constants; default: every one)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ VARIANTS: dict[str, tuple[float, float]] = {
     "horizon": (2, 8),
     "prior_error": (0.025, 0.1),
     "starvation_share": (0.125, 0.5),
+    "stop_delay_share": (0.1, 0.4),
 }
 """FeatherPolicy options and the two values tried for each (half and double the default)."""
 
@@ -41,14 +43,19 @@ def main() -> None:
     parser.add_argument("--hardware", default="h100")
     parser.add_argument("--no-prior", action="store_true")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--constants", default=",".join(VARIANTS), help="which to vary")
     args = parser.parse_args()
+    names = [n for n in args.constants.split(",") if n]
+    unknown = sorted(set(names) - set(VARIANTS))
+    if unknown or not names:
+        parser.error(f"--constants: unknown {unknown or args.constants!r}; valid: {list(VARIANTS)}")
     spec = BenchSpec(hardware=args.hardware, feather_hardware="none" if args.no_prior else None)
     cost = StepCostModel(spec.hardware, spec.model, spec.kernel)
     base = {w: throughput(spec, w, cost) for w in spec.workloads}
     print({"variant": "default", **{w: round(v, 1) for w, v in base.items()}}, flush=True)
     rows = []
-    for name, values in VARIANTS.items():
-        for value in values:
+    for name in names:
+        for value in VARIANTS[name]:
             ratio = {w: throughput(spec, w, cost, **{name: value}) / base[w] for w in base}
             row = {
                 "constant": name,

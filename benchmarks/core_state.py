@@ -236,10 +236,14 @@ def feather_sizes(sched: Any) -> dict[str, int]:
 
 def policy_state(policy: Any) -> dict[str, Any]:
     """The policy's learning so far (a server never resets it: lifetime counts): decisions
-    asked, STOPs, exploratory STOPs, the exploration budget left, and the bandit's table."""
+    asked, STOPs, exploratory STOPs, the exploration budget left, the STOP delay bound's
+    vetoes and held seconds, and the bandit's table."""
     out = {k: getattr(policy, k) for k in ("decisions", "stops", "explorations", "budget",
                                            "total_decisions", "reward_scale")
            if hasattr(policy, k)}  # fmt: skip
+    delay = getattr(policy, "delay", None)
+    if delay is not None:
+        out.update(delay_vetoes=delay.vetoes, delay_held_s=round(delay.held_s, 3))
     table = getattr(policy, "table", None)
     if table is not None:
         out["table"] = table.to_dict()

@@ -6,7 +6,10 @@ profile derived from the measured H200) + Llama-3.1-8B. Run it on the code befor
 a change and compare the two files: identical means the change kept the simulator's
 behaviour (benchmarks/host.md). benchmarks/sim-check.json is the baseline at the hold bound
 (policies/hold.py, 2026-12-05), re-based for issue 29 (feather-paper rebuilt from the
-authors' code, feather-upstream added; the other 56 runs identical to the previous baseline).
+authors' code, feather-upstream added; the other 56 runs identical to the previous baseline),
+and again when the STOP delay bound became the default (2026-12-06: three feather runs moved,
+long-prefix at both KV sizes and paper-5g, by under 0.5% in tok/s; the other 81 identical
+but for the new `stop_vetoes` counter; benchmarks/sim.md, "The STOP delay bound by default").
 The scheduler's CPU stays off the clock (`EngineConfig(scheduler_cpu="off")`, issue 31): the
 check compares what the policies decide and the engine does, not a CPU cost model's figures
 (the `model` mode's own tests are in tests/test_scheduler_cpu.py).

@@ -28,16 +28,18 @@ from feather_sched.workloads import LongPrefixWorkload, NoSharingWorkload
 COST = StepCostModel("h100-free-l2", "llama-3-8b")
 
 
-def _stop_everywhere(stop_delay_share: float | None = None) -> FeatherPolicy:
+def _stop_everywhere(stop_delay_share: float | None = None, stop: float = 1.0) -> FeatherPolicy:
     """A frozen table that prefers STOP in every state, its holds unbounded (and its STOPs,
-    unless `stop_delay_share` is given): the worst case for starvation."""
+    unless `stop_delay_share` is given): the worst case for starvation. ADD's mean reward is
+    0 and STOP's `stop` tokens/s, so against the throughputs the engine reaches STOP's lead
+    is a sliver unless `stop` is huge."""
     policy = FeatherPolicy(
         learn=False, max_wait_s=1e9, max_hold_steps=None, stop_delay_share=stop_delay_share
     )
     for b in range(10):
         for lost in range(9):
             for g in range(9):
-                policy.table.stats[(b, lost, g)] = (_arm(0.0), _arm(1.0))
+                policy.table.stats[(b, lost, g)] = (_arm(0.0), _arm(stop))
     return policy
 
 
@@ -270,6 +272,18 @@ def test_stop_delay_bounds_what_stops_add_to_the_tail() -> None:
     b_bounded = max(r.ttft for r in bounded.records if r.request_id.startswith("b"))
     assert b_bounded < b_unbounded / 2
     assert policy.delay.held_s > 0
+
+
+def test_stops_that_save_more_than_they_hold_are_not_bounded() -> None:
+    """STOPs whose lead halves the batch's time or better (`hold.stop_charge`) shorten every
+    later wait more than they hold the head back: the bound counts nothing and never vetoes."""
+    reqs = _a_stream_and_two_b()
+    cfg = EngineConfig(max_num_seqs=32)
+    unbounded = simulate(reqs, _stop_everywhere(stop=1e12), COST, cfg)
+    policy = _stop_everywhere(stop_delay_share=0.2, stop=1e12)
+    bounded = simulate(reqs, policy, COST, cfg)
+    assert policy.stops > 0 and policy.delay.vetoes == 0 and policy.delay.held_s == 0
+    assert [r.ttft for r in bounded.records] == [r.ttft for r in unbounded.records]
 
 
 def test_learns_to_stop_mixing_long_prefixes() -> None:

@@ -80,6 +80,9 @@ class Choice:
     to win."""
     cost: float = 0.0
     """What the exploration is charged, in units of one decision's reward."""
+    lead: float = 0.0
+    """A confident STOP's estimated gain over ADD (data and prior combined: a step-time
+    saving relative to the slower action, `hold.stop_charge`); 0 for every other choice."""
 
 
 def combine(data: tuple[float, float], prior: tuple[float, float] | None) -> tuple[float, float]:
@@ -178,7 +181,7 @@ class BanditTable:
                 return Choice(STOP, True, untried_cost)
             return Choice(ADD, False)
         if gain - z * se > 0:
-            return Choice(STOP, False)
+            return Choice(STOP, False, lead=gain)
         cost = z * se - gain
         # Uncertain: sample the less-tried arm (ADD costs nothing; STOP, its cost).
         if gain + z * se < 0 or cost > budget or stop.pulls > add.pulls:

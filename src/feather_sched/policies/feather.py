@@ -42,10 +42,11 @@ Learning generalises through back-off: a state with fewer than two rewards for e
 decides from a coarse state, (candidate's group bin - batch bin, lost bin), shared by every
 batch size where the candidate's group is as large relative to the batch. The table can be
 saved and loaded so a deployment starts warm. Nothing starves: `starvation.StarvationGuard`
-admits an over-age queue head first, within a bounded share of admissions. On request
-(`stop_delay_share`), `hold.StopDelay` also bounds what STOPs add to the tail: a STOP becomes
-an ADD once STOPs have held the oldest waiting request back for that share of its wait (off by
-default: see hold.py for what it fixes and what it costs). Nothing thrashes:
+admits an over-age queue head first, within a bounded share of admissions, and
+`hold.StopDelay` bounds what STOPs add to the tail: a STOP becomes an ADD once STOPs have held
+the oldest waiting request back for `stop_delay_share` of its wait, each STOP step counted net
+of the time its lead saves the requests behind it (hold.py: what it fixes and what it costs;
+`feather-hold` leaves STOPs unbounded). Nothing thrashes:
 in the steps it reorders, `kv_gate.KvGate` refuses a candidate whose KV the engine could not
 keep as the running requests grow, so a prefix order does not preempt (and recompute) what it
 just admitted.
@@ -67,7 +68,7 @@ from feather_sched.policies.base import Policy, SchedulerView, is_decode_step
 from feather_sched.policies.fcfs import queue_head
 from feather_sched.policies.features import DecisionState, decision_state
 from feather_sched.policies.grouped import grouped_candidates
-from feather_sched.policies.hold import MAX_HOLD_STEPS, HoldBound, StopDelay
+from feather_sched.policies.hold import MAX_HOLD_STEPS, STOP_DELAY_SHARE, HoldBound, StopDelay
 from feather_sched.policies.kv_gate import KvGate
 from feather_sched.policies.order import GroupingJudge
 from feather_sched.policies.starvation import (
@@ -127,7 +128,7 @@ class FeatherPolicy(Policy):
         prior_error: float = 0.05,
         kv_gate: bool = True,
         max_hold_steps: int | None = MAX_HOLD_STEPS,
-        stop_delay_share: float | None = None,
+        stop_delay_share: float | None = STOP_DELAY_SHARE,
     ) -> None:
         """`alpha`: exploration budget, a fraction of the rewards received; `confidence`:
         standard errors STOP's lead must clear; `prior_error`: standard error of the cost
@@ -137,8 +138,8 @@ class FeatherPolicy(Policy):
         `max_wait_s`, `starvation_share`, `wait_factor`: the starvation guard's;
         `max_hold_steps`: steps in a row the KV gate may hold the queue back (None: until
         the KV fits, trading time to first token for throughput; hold.py);
-        `stop_delay_share`: the most of the oldest waiting request's wait that STOPs may
-        have held it back (None, the default: no bound; hold.StopDelay). Each default
+        `stop_delay_share`: the most of the oldest waiting request's wait that STOPs, net of
+        what they save, may have held it back (None: no bound; hold.StopDelay). Each default
         was measured against half and double its value on the simulator suite (none is
         beaten by more than 0.5% on any workload): benchmarks/feather.md, "The constants,
         measured" (benchmarks/bandit_constants.py)."""
@@ -191,6 +192,7 @@ class FeatherPolicy(Policy):
         self._gating = False
         self.budget = self.initial_budget
         self.decisions = 0
+        self.stop_lead = 0.0  # the last decision's `bandit.Choice.lead`
         self.stops = 0
         self.explorations = 0
 
@@ -205,6 +207,10 @@ class FeatherPolicy(Policy):
     @property
     def hold_releases(self) -> int:
         return self.hold.releases
+
+    @property
+    def stop_vetoes(self) -> int:
+        return self.delay.vetoes
 
     def begin_step(self, view: SchedulerView) -> None:
         # The gate acts where Feather reorders: a step it would leave to the queue order is
@@ -244,7 +250,7 @@ class FeatherPolicy(Policy):
                 and self._may_stop(view)
                 and self.decide(state, self.prior(view, state, request_id)) == STOP
             ):
-                self.delay.stopped(view.now)
+                self.delay.stopped(view.now, self.stop_lead)
                 return False
         self.guard.admitted(view, request_id, forced)
         return True
@@ -333,13 +339,14 @@ class FeatherPolicy(Policy):
             held = max(1, state.group)
             untried = held / (state.batch + held)
             choice = self.table.choose(key, self.reward_scale, self.budget, untried, prior)
-            action = choice.action
             if choice.exploring:
                 self.budget -= choice.cost
                 self.explorations += 1
-            self.table.pull(key, action)
-        else:
-            action = self.table.greedy(key, self.reward_scale, prior)
+            self.table.pull(key, choice.action)
+        else:  # exploitation only (`BanditTable.greedy`), keeping the choice's lead
+            choice = self.table.choose(key, self.reward_scale, budget=-1.0, prior=prior)
+        action = choice.action
+        self.stop_lead = choice.lead
         self.decisions += 1
         self.total_decisions += 1
         if action == STOP:
@@ -440,15 +447,26 @@ class FeatherPolicy(Policy):
 
 
 class FeatherHoldPolicy(FeatherPolicy):
-    """Feather, KV gate holding until the KV fits (trades TTFT).
+    """Feather, its KV holds and STOPs unbounded (trades TTFT).
 
-    `max_hold_steps=None`: fewer preemptions and more throughput under KV pressure, traded
-    knowingly for time to first token (hold.py). A name of its own so
-    the trade is a row of its own in every table, beside the default that keeps the tail."""
+    `max_hold_steps=None`: fewer preemptions and more throughput under KV pressure;
+    `stop_delay_share=None`: STOPs that pay a few percent of throughput may hold a group back
+    as long as the bandit likes; both traded knowingly for time to first token (hold.py). A
+    name of its own so the trade is a row of its own in every table, beside the default that
+    keeps the tail."""
 
     name = "feather-hold"
 
     def __init__(
-        self, max_hold_steps: int | None = None, cost: StepCostModel | None = None, **options: Any
+        self,
+        max_hold_steps: int | None = None,
+        cost: StepCostModel | None = None,
+        stop_delay_share: float | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(max_hold_steps=max_hold_steps, cost=cost, **options)
+        super().__init__(
+            max_hold_steps=max_hold_steps,
+            cost=cost,
+            stop_delay_share=stop_delay_share,
+            **options,
+        )

@@ -14,16 +14,21 @@ starts again. Steps count where the host asks the policy, so the bound is in the
 unit, whatever a step lasts on the hardware. `None` holds until the KV fits: more throughput
 under KV pressure, knowingly traded for the tail (`feather-hold`).
 
-The bandit's STOPs hold the queue back too, and by default they are not bounded: bounding
-them in steps, as the gate's holds, cost 64% of Feather's throughput on long-prefix on the
-free-L2 sensitivity profile (benchmarks/overload.md, "Holding back, bounded"). `StopDelay`
-bounds them in time, on request (`stop_delay_share`): the STOP steps since the oldest waiting
-request arrived may add up to at most that share of its wait. On a live vLLM server that kept
-learning from burst to burst, unbounded STOPs took the TTFT p99 to 1.7-1.8x vLLM's (1.06-1.56x
-once the bandit's evidence faded, bandit.py); with a share of 0.2 (measured before the
-fading) it stayed at 0.95-1.16x at the same throughput. But on the free-L2 profile the same
-bound gives up half or more of the estimated gain, where STOPs shorten every wait
-(benchmarks/replay.md, "A server that keeps learning").
+The bandit's STOPs hold the queue back too. Bounded in steps, as the gate's holds, they cost
+64% of Feather's throughput on long-prefix on the free-L2 sensitivity profile
+(benchmarks/overload.md, "Holding back, bounded"), so `StopDelay` bounds them in time: the
+STOP steps since the oldest waiting request arrived may add up to at most `share` of its wait
+(`stop_delay_share`, default `STOP_DELAY_SHARE`), each step counted net of what its STOP saves
+the requests behind it (`stop_charge`). On a live vLLM server that kept learning from burst to
+burst, unbounded STOPs took the TTFT p99 to 1.7-1.8x vLLM's (1.06-1.56x once the bandit's
+evidence faded, bandit.py): a few percent of throughput bought with the tail. Counted whole
+(before the netting), a share of 0.2 kept it at 0.95-1.16x, but on the free-L2 profile, where
+homogeneous batches decode several times faster and STOPs shorten every wait, it gave up half
+or more of the estimated gain; netted, the STOPs that halve the batch's time are free, and the
+profile keeps all of it on two of the four rows and 66-79% on the other two, never below FCFS
+(benchmarks/replay.md, "The STOP delay bound by default").
+`feather-hold` leaves STOPs unbounded, as it leaves the gate's holds: the tail traded
+knowingly.
 
 Some bursts outgrow the KV cache whatever the order: with a tail within 1.5x of the
 engine's, every request starts before any can finish, so the engine must preempt, and no
@@ -42,6 +47,12 @@ MAX_HOLD_STEPS = 4
 """Default bound, in steps: the largest of 2, 4, 8 that keeps Feather's TTFT p99 within 1.5x
 of FCFS's on every kv-bound row in the simulator with the real engine's fitted profile (an
 unbounded hold reaches 6x; benchmarks/overload.md)."""
+
+
+STOP_DELAY_SHARE = 0.2
+"""Default `stop_delay_share`: the most of the oldest waiting request's wait that STOPs, net
+of what they save (`stop_charge`), may hold it back (measured: benchmarks/replay.md, "The
+STOP delay bound by default")."""
 
 
 class HoldBound:
@@ -74,6 +85,22 @@ class HoldBound:
         self._held_now = True
 
 
+def stop_charge(lead: float) -> float:
+    """The share of a STOP step's time that counts as holding the queue back.
+
+    A STOP leading ADD by `lead` (`bandit.Choice.lead`: a step-time saving relative to ADD's
+    plan) runs the batch's work in 1 - lead of the time ADD would take, so each of its
+    seconds saves lead / (1 - lead) seconds of the work queued behind the batch. The held
+    request waits the step out, and every later start comes that much sooner; the step
+    counts net of that saving: whole for a STOP not known to win (lead 0: an exploring STOP),
+    nothing from a lead of 1/2 on (the batch's work done in half the time)."""
+    if lead <= 0.0:
+        return 1.0
+    if lead >= 0.5:
+        return 0.0
+    return 1.0 - lead / (1.0 - lead)
+
+
 class StopDelay:
     """How long the bandit's STOPs have held the queue back; says when one more would push
     the tail (`share` None: never).
@@ -82,13 +109,13 @@ class StopDelay:
     bandit's reward, a step's throughput, does not see it: on a live vLLM server whose table
     kept an early burst's ADD evidence (before the bandit's evidence faded) it settled on
     STOP for every large batch, TTFT p99 1.7-1.8x vLLM's at about the same throughput. The
-    bound: a STOP is allowed only while the STOP steps since the queue head arrived add up
-    to at most `share` of its wait (or of the recent admissions' mean wait, if longer: a
-    request that has just arrived is not the tail). It bounds the delay STOPs add to the
-    oldest request, whatever the table has learned; O(1) a step (a queue of STOP steps'
-    start times, trimmed as the head moves on). It cannot tell a STOP that delays the queue
-    from one that, by speeding the batch, shortens every later wait (the free-L2 profile's
-    case), which is why it is not the default."""
+    bound: a STOP is allowed only while the STOP steps since the queue head arrived, each net
+    of its lead (`stop_charge`), add up to at most `share` of its wait (or of the recent
+    admissions' mean wait, if longer: a request that has just arrived is not the tail). It
+    bounds the delay STOPs add to the oldest request, whatever the table has learned; O(1) a
+    step (a queue of STOP steps' start times, trimmed as the head moves on). The netting is
+    per STOP: where many STOPs of modest lead add up to a large gain (the free-L2 profile's
+    paper-20g), the bound still vetoes some and gives part of the gain up."""
 
     def __init__(self, share: float | None = None) -> None:
         if share is not None and not 0 <= share < 1:
@@ -98,23 +125,29 @@ class StopDelay:
 
     def reset(self) -> None:
         self.held_s = 0.0
-        """Seconds of steps a STOP ended, this run."""
+        """Seconds of steps a STOP ended, each net of its lead (`stop_charge`), this run."""
         self._marks: deque[tuple[float, float]] = deque([(-math.inf, 0.0)])
         self._stopped_at: float | None = None
+        self._charge = 1.0
         self.vetoes = 0
-        """STOPs turned into ADDs by the bound (this run)."""
+        """Candidates the bound kept from the table (ADDed unasked: no STOP allowed then),
+        this run."""
 
-    def stopped(self, now: float) -> None:
-        """The step starting at `now` ended its admissions with a STOP."""
+    def stopped(self, now: float, lead: float = 0.0) -> None:
+        """The step starting at `now` ended its admissions with a STOP leading ADD by `lead`
+        (`stop_charge`; of several STOPs in one step, the least lead counts)."""
+        charge = stop_charge(lead)
         if self._stopped_at is None:
-            self._stopped_at = now
+            self._stopped_at, self._charge = now, charge
+        else:
+            self._charge = max(self._charge, charge)
 
     def end_step(self, step_time: float) -> None:
-        """A step ended, lasting `step_time`: a STOP step's time is held time (for the
-        requests that were waiting when it started)."""
+        """A step ended, lasting `step_time`: a STOP step's time, net of what its lead saved
+        (`stop_charge`), is held time for the requests that were waiting when it started."""
         at, self._stopped_at = self._stopped_at, None
         if at is not None and step_time > 0:
-            self.held_s += step_time
+            self.held_s += step_time * self._charge
             self._marks.append((at, self.held_s))
 
     def allows(self, now: float, head_arrival: float, mean_wait: float) -> bool:
