@@ -130,8 +130,8 @@ _COUNTERS = {
 def policy_counters(policy: Policy) -> dict[str, int]:
     """What a learning policy says of itself this run, for a bench row: ADD/STOP questions
     it answered, STOPs, exploratory STOPs, starvation admits, candidates refused for KV, steps
-    released to the engine's order by the hold bound, STOPs turned into ADDs by the STOP delay
-    bound (absent where it has none)."""
+    released to the engine's order by the hold bound, candidates the STOP delay bound ADDed
+    unasked (absent where it has none)."""
     return {
         out: int(getattr(policy, attr))
         for attr, out in _COUNTERS.items()

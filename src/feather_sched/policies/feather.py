@@ -140,9 +140,9 @@ class FeatherPolicy(Policy):
         the KV fits, trading time to first token for throughput; hold.py);
         `stop_delay_share`: the most of the oldest waiting request's wait that STOPs, net of
         what they save, may have held it back (None: no bound; hold.StopDelay). Each default
-        was measured against half and double its value on the simulator suite (none is
-        beaten by more than 0.5% on any workload): benchmarks/feather.md, "The constants,
-        measured" (benchmarks/bandit_constants.py)."""
+        was measured at half and double its value on the simulator suite (none beaten by
+        over 0.5% on any workload but `stop_delay_share`: half runs paper-100g 3.6% faster;
+        benchmarks/feather.md, "The constants, measured", bandit_constants.py)."""
         if horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {horizon}")
         if not 0 <= alpha < 1:
