@@ -20,6 +20,7 @@ from feather_sched.policies.features import (
     log2_bin,
     shared_depth,
 )
+from feather_sched.policies.hold import STOP_DELAY_SHARE
 from feather_sched.policies.registry import make_policy
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.engine import simulate
@@ -284,6 +285,32 @@ def test_stops_that_save_more_than_they_hold_are_not_bounded() -> None:
     bounded = simulate(reqs, policy, COST, cfg)
     assert policy.stops > 0 and policy.delay.vetoes == 0 and policy.delay.held_s == 0
     assert [r.ttft for r in bounded.records] == [r.ttft for r in unbounded.records]
+
+
+def test_the_stop_delay_bound_is_on_by_default_and_off_in_feather_hold() -> None:
+    assert FeatherPolicy().delay.share == STOP_DELAY_SHARE
+    assert FeatherPolicy(stop_delay_share=None).delay.share is None
+    hold = make_policy("feather-hold")
+    assert hold.delay.share is None and hold.hold.max_steps is None
+
+
+def test_a_confident_stop_carries_its_lead_and_an_exploring_one_none() -> None:
+    """The bound nets a STOP step by the lead the table knew when it STOPped: the gain for a
+    STOP that wins with confidence, nothing for one taken to learn."""
+    table = BanditTable(confidence=1.0)
+    key = (3, 2, 4)
+    table.stats[key] = (_arm(1.0), _arm(1.3))
+    confident = table.choose(key, scale=1.0, budget=0.0)
+    assert confident.action == STOP and not confident.exploring
+    assert confident.lead == pytest.approx(0.3)
+    table.stats[key] = (_arm(1.0), _arm(1.01, sd=0.5))
+    exploring = table.choose(key, scale=1.0, budget=10.0)
+    assert exploring.action == STOP and exploring.exploring and exploring.lead == 0.0
+    policy = FeatherPolicy(learn=False)
+    policy.table.stats[key] = (_arm(1.0), _arm(1.3))
+    policy.reward_scale = 1.0
+    assert policy.decide(decision_state_for(key)) == STOP
+    assert policy.stop_lead == pytest.approx(0.3)
 
 
 def test_learns_to_stop_mixing_long_prefixes() -> None:
