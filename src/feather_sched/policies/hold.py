@@ -25,7 +25,8 @@ evidence faded, bandit.py): a few percent of throughput bought with the tail. Co
 (before the netting), a share of 0.2 kept it at 0.95-1.16x, but on the free-L2 profile, where
 homogeneous batches decode several times faster and STOPs shorten every wait, it gave up half
 or more of the estimated gain; netted, the STOPs that halve the batch's time are free, and the
-profile keeps all of it on two of the four rows and 66-79% on the other two, never below FCFS
+profile keeps all of it on two of the four rows, 71% and 24% of it on the other two, never
+below FCFS
 (benchmarks/replay.md, "The STOP delay bound by default").
 `feather-hold` leaves STOPs unbounded, as it leaves the gate's holds: the tail traded
 knowingly.
