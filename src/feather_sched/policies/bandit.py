@@ -188,11 +188,17 @@ class BanditTable:
             return Choice(ADD, False)
         return Choice(STOP, True, cost)
 
+    def exploit(
+        self, key: tuple[int, ...], scale: float = 1.0, prior: tuple[float, float] | None = None
+    ) -> Choice:
+        """The exploitation-only choice (no budget): STOP only when it wins with confidence."""
+        return self.choose(key, scale, budget=-1.0, prior=prior)
+
     def greedy(
         self, key: tuple[int, ...], scale: float = 1.0, prior: tuple[float, float] | None = None
     ) -> int:
-        """The exploitation-only choice (no budget): STOP only when it wins with confidence."""
-        return self.choose(key, scale, budget=-1.0, prior=prior).action
+        """`exploit`'s action."""
+        return self.exploit(key, scale, prior).action
 
     def pull(self, key: tuple[int, ...], action: int) -> None:
         """A decision in `key` (and its coarse state): earlier evidence fades, `action` is

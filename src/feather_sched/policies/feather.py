@@ -257,7 +257,7 @@ class FeatherPolicy(Policy):
 
     def _may_stop(self, view: SchedulerView) -> bool:
         """Whether a STOP now keeps the tail bound (`hold.StopDelay`); if not, the candidate
-        is added unasked. Free without the bound (the default): nothing is read."""
+        is added unasked. Free with the bound off (`feather-hold`): nothing is read."""
         if self.delay.share is None:
             return True
         head = next(view.waiting_ids(), None)
@@ -343,8 +343,8 @@ class FeatherPolicy(Policy):
                 self.budget -= choice.cost
                 self.explorations += 1
             self.table.pull(key, choice.action)
-        else:  # exploitation only (`BanditTable.greedy`), keeping the choice's lead
-            choice = self.table.choose(key, self.reward_scale, budget=-1.0, prior=prior)
+        else:
+            choice = self.table.exploit(key, self.reward_scale, prior)
         action = choice.action
         self.stop_lead = choice.lead
         self.decisions += 1
