@@ -88,6 +88,7 @@ def _inprocess(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     cmd += ["--model", "kv-bound", "-w", args.inprocess_workloads, "--policies", "feather"]
     cmd += ["--num-kv-blocks", str(SCENARIOS[args.scenario]), "--repeats", "1"]
     cmd += ["--max-batched-tokens", "8192", "--feather-hardware", str(PRIOR), "--json", str(out)]
+    cmd += ["--plot", str(out.with_suffix(".png"))]  # not the bench's default, in the cwd
     if args.step_logs is not None:
         cmd += ["--steps-out", str(args.step_logs / f"{out.stem}-steps.jsonl")]
     busy0, t0, own0 = machine_busy_s(), time.perf_counter(), _children_cpu_s()
