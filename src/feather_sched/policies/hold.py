@@ -26,10 +26,8 @@ evidence faded, bandit.py): a few percent of throughput bought with the tail. Co
 homogeneous batches decode several times faster and STOPs shorten every wait, it gave up half
 or more of the estimated gain; netted, the STOPs that halve the batch's time are free, and the
 profile keeps all of it on two of the four rows, 71% and 24% of it on the other two, never
-below FCFS
-(benchmarks/replay.md, "The STOP delay bound by default").
-`feather-hold` leaves STOPs unbounded, as it leaves the gate's holds: the tail traded
-knowingly.
+below FCFS (benchmarks/replay.md, "The STOP delay bound by default"). `feather-hold` leaves
+STOPs unbounded, as it leaves the gate's holds: the tail traded knowingly.
 
 Some bursts outgrow the KV cache whatever the order: with a tail within 1.5x of the
 engine's, every request starts before any can finish, so the engine must preempt, and no
