@@ -267,6 +267,21 @@ def test_feather_order_reaches_the_batch(sg, feather_on):
     assert off == ["A0", "B0", "C0", "D0"]  # SGLang's fcfs, unchanged
 
 
+@pytest.mark.parametrize(("chunk", "budget"), [(8192, 8192), (None, 16384), (-1, 16384)])
+def test_the_view_reports_the_schedulers_batch_limits(sg, feather_on, chunk, budget):
+    """The adder hook reads the scheduler's limits into the policy's view (the judge of when
+    grouped order can pay needs the token budget): a prefill batch computes at most
+    `max_prefill_tokens`, and at most the chunk size when chunked prefill is on."""
+    from feather_sched.integrations.sglang import queue_for
+
+    eng = Engine(sg, "fcfs", max_running_requests=7, chunked_prefill_size=chunk)
+    q = queue_for(eng.policy)
+    assert q.max_num_batched_tokens is None  # until the scheduler builds an adder
+    eng.waiting_queue = interleaved(sg, 1)
+    eng.step()
+    assert (q.max_num_seqs, q.max_num_batched_tokens) == (7, budget)
+
+
 def test_feather_stop_reaches_the_batch(sg, feather_on):
     from feather_sched.integrations.sglang import queue_for
 

@@ -134,6 +134,44 @@ def test_sync_tracks_admission_finish_retraction_abort():
     assert q.index.is_empty()
 
 
+def test_the_view_counts_retractions_as_preemptions():
+    q = SGLangQueue(GroupedPolicy(), chunk_tokens=32)
+    waiting = interleaved(2)
+    running = [waiting.pop(0), waiting.pop(0)]
+    q.sync(waiting, running)
+    assert q.num_preemptions == 0
+    waiting.append(running.pop())  # retracted: back in the list
+    q.sync(waiting, running)
+    assert q.num_preemptions == 1
+    running.append(waiting.pop())  # admitted again, then finished: no preemption
+    q.sync(waiting, running)
+    q.sync(waiting, [])
+    assert q.num_preemptions == 1
+
+
+def test_the_grouping_judge_reads_sglangs_budget():
+    """Every prefix runs and two slots are free: SGLang's own order fills them with two
+    16-token suffixes in one pass, so grouped order cannot pay (on the measured H200, no
+    locality to gain either) once the view says the budget; unknown, grouped order is kept."""
+    from feather_sched.cost.step_model import StepCostModel
+    from feather_sched.policies.order import GroupingJudge
+
+    q = SGLangQueue(GroupedPolicy(), chunk_tokens=32)
+    waiting = interleaved(3)
+    running = [r for r in waiting if r.rid[1] in "01"]
+    waiting = [r for r in waiting if r not in running]
+    q.begin_pass(waiting, running)
+    q.max_num_seqs = len(running) + 2
+    judge = GroupingJudge(StepCostModel("h200", "llama-3.1-8b"))
+    assert judge.grouping_pays(q)  # budget unknown
+    q.max_num_batched_tokens = 8192
+    assert judge.idle_share(q) < 1e-3
+    assert not judge.grouping_pays(q)
+    waiting.append(running.pop())  # a retraction: KV binds for a while
+    q.begin_pass(waiting, running)
+    assert judge.grouping_pays(q)
+
+
 def test_handover_when_scheduler_skips_the_candidate():
     q = SGLangQueue(GroupedPolicy(), chunk_tokens=32)
     waiting = interleaved(2)

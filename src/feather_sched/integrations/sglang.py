@@ -18,7 +18,8 @@ Tested with SGLang 0.5.23; supported: the range in integrations/versions.py (fro
   point for the adder), AROUND: a subclass of whatever adder class SGLang (or another plugin)
   returns, whose `add_one_req` asks the policy ADD/STOP before SGLang's own memory checks and
   lines up the next candidate after each admission. STOP returns `AddReqResult.OTHER`, the
-  result SGLang's adder itself returns when `prefill_max_requests` is reached.
+  result SGLang's adder itself returns when `prefill_max_requests` is reached. The hook also
+  reads the scheduler's batch limits into the policy's view (`prefill_budget`).
 - `Scheduler.get_next_batch_to_run`, AROUND: one call per event-loop iteration; the time
   from one iteration's batch pick to the next iteration's start is the step time fed back to
   the policy (`Policy.end_step`), before the new iteration admits anything. An iteration
@@ -183,9 +184,19 @@ def _around_prefill_adder_class(original: Any, scheduler: Any, *args: Any, **kwa
     if queue is None:
         return base
     max_running = getattr(scheduler, "max_running_requests", None)
-    if max_running:
+    if max_running:  # the batch limits the policy's view reports (`GroupingJudge` reads both)
         queue.max_num_seqs = int(max_running)
+        queue.max_num_batched_tokens = prefill_budget(scheduler)
     return feather_adder_class(base, queue)
+
+
+def prefill_budget(scheduler: Any) -> int | None:
+    """Prompt tokens one prefill batch of `scheduler` may compute: its adder's input budget
+    (`max_prefill_tokens`) and, with chunked prefill on, its chunk budget
+    (`chunked_prefill_size`, None or <= 0 when off), the smaller; None if it says neither."""
+    limits = (getattr(scheduler, a, None) for a in ("max_prefill_tokens", "chunked_prefill_size"))
+    budgets = [int(v) for v in limits if isinstance(v, int) and v > 0]
+    return min(budgets) if budgets else None
 
 
 def around_next_batch(original: Any, scheduler: Any, *args: Any, **kwargs: Any) -> Any:

@@ -131,6 +131,14 @@ class SGLangQueue(Hosted):
         self.block_size = block_size  # SchedulerView: SGLang's KV page, in tokens
         self._clock = clock
         self.max_num_seqs = UNBOUNDED_SEQS
+        self.max_num_batched_tokens: int | None = None
+        """SchedulerView: the prompt tokens one prefill batch may compute (SGLang's
+        `max_prefill_tokens`, or its chunked-prefill size where smaller), set with
+        `max_num_seqs` once the scheduler builds an adder. None until then: the policy's
+        `GroupingJudge` then assumes grouped order can pay."""
+        self.num_preemptions = 0
+        """SchedulerView: running requests SGLang put back in its waiting list (retracted
+        under KV pressure), so far. The judge counts KV as binding for a while after one."""
         self.passes = 0
         self.timer: Callable[[], float] | None = None
         """Clock of `stats.ordering_s`, kept only when set (a benchmark sets
@@ -229,6 +237,7 @@ class SGLangQueue(Hosted):
         for rid in joined:
             if rid in run:
                 self._wait(book.engine_request(rid), now)  # waits again from now
+                self.num_preemptions += 1
             else:
                 fresh.add(rid)
         if fresh:
