@@ -28,6 +28,7 @@ from replay_ab import server_specs
 from feather_sched.bench.suite import BenchSpec
 from feather_sched.harness.vllm_server import (
     ServerSpec,
+    proc_stat,
     process_cpu_s,
     process_levels,
     served,
@@ -51,10 +52,9 @@ def _faults(pid: int) -> int:
     for level in process_levels(pid)[1:]:
         for proc in level:
             try:
-                text = Path(f"/proc/{proc}/stat").read_text()
+                total += int(proc_stat(proc)[7])  # minflt
             except OSError:
                 continue
-            total += int(text[text.rindex(")") + 2 :].split()[7])
     return total
 
 

@@ -174,7 +174,7 @@ def _wait(procs: list[tuple[subprocess.Popen, Path]], urls: list[str], timeout_s
         time.sleep(0.5)
 
 
-def _stat(pid: int) -> list[str]:
+def proc_stat(pid: int) -> list[str]:
     """/proc/PID/stat's fields after the command name (which may hold spaces): state,
     ppid, ..., utime and stime at 11 and 12 (clock ticks, every thread summed)."""
     text = Path(f"/proc/{pid}/stat").read_text()
@@ -189,7 +189,7 @@ def _process_table() -> dict[int, tuple[int, float]]:
         if not entry.name.isdigit():
             continue
         try:
-            fields = _stat(int(entry.name))
+            fields = proc_stat(int(entry.name))
         except (OSError, ValueError):
             continue
         table[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
