@@ -143,6 +143,13 @@ class Engine:
         self.max_running_requests = max_running_requests
 
     def step(self) -> list:
+        """One batch formation and its prefill, through Feather's `get_next_batch_to_run`
+        hook as SGLang's event loop calls it (it settles a pass in SGLang's own order)."""
+        from feather_sched.integrations.sglang import around_next_batch
+
+        return around_next_batch(lambda _: self._form_batch(), self)
+
+    def _form_batch(self) -> list:
         sp = self.sg.sp
         if not self.waiting_queue and self.chunked_req is None:
             return []
@@ -325,11 +332,15 @@ def test_sglang_memory_accounting_stays_in_charge(sg, feather_on):
     q.check(eng.waiting_queue, eng.running)
 
 
-def test_no_request_dropped_or_duplicated(sg, feather_on):
+@pytest.mark.parametrize("policy", ["grouped", "fcfs"])
+def test_no_request_dropped_or_duplicated(sg, feather_on, policy):
     """Waves of arrivals, finishes, a retraction, an abort and a chunked prefill; the CHT
-    follows SGLang's lists after every pass and every request is admitted exactly once."""
+    follows SGLang's lists after every pass and every request is admitted exactly once.
+    `fcfs` leaves every pass in SGLang's order: its admissions are read off the adder
+    after each formation (`SGLangQueue.settle`), not reported one by one."""
     from feather_sched.integrations.sglang import queue_for
 
+    feather_on.setenv("FEATHER_POLICY", policy)
     eng = Engine(
         sg, "fcfs", max_running_requests=6, chunked_prefill_size=64, max_prefill_tokens=400
     )
@@ -366,6 +377,9 @@ def test_no_request_dropped_or_duplicated(sg, feather_on):
     # each prompt hashed once (the retracted one too); the aborted one was never seen
     assert q.stats.hashed == len(everyone) - 1
     assert "LONG" in admitted and q.chunked_rid is None
+    assert q.stats.admitted == sum(admitted.values())  # each admission taken in once
+    if policy == "fcfs":
+        assert q.stats.policy_steps == 0 and q.stats.queue_order_steps > 0
 
 
 def test_chunked_request_counts_as_running(sg, feather_on):
