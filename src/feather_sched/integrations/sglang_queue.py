@@ -323,6 +323,8 @@ class SGLangQueue(Hosted):
         adder, self._adder = self._adder, None
         if adder is None:
             return
+        timer = self.timer
+        t0 = timer() if timer else 0.0
         waiting = self.book.waiting_ids
         new_chunked = getattr(adder, "new_chunked_req", None)
         for req in adder.can_run_list:
@@ -331,6 +333,8 @@ class SGLangQueue(Hosted):
                 if req is new_chunked:
                     self.chunked_rid = req.rid
                     self._chunk_pass = self.passes
+        if timer:
+            self.stats.ordering_s += timer() - t0
 
     def _add_new(self, reqs: Iterator[Any], rids: set[str], now: float, running: bool) -> None:
         need = len(rids)
