@@ -144,7 +144,7 @@ class Engine:
 
     def step(self) -> list:
         """One batch formation and its prefill, through Feather's `get_next_batch_to_run`
-        hook as SGLang's event loop calls it (it settles a pass in SGLang's own order)."""
+        hook as SGLang's event loop calls it."""
         from feather_sched.integrations.sglang import around_next_batch
 
         return around_next_batch(lambda _: self._form_batch(), self)
@@ -335,9 +335,8 @@ def test_sglang_memory_accounting_stays_in_charge(sg, feather_on):
 @pytest.mark.parametrize("policy", ["grouped", "fcfs"])
 def test_no_request_dropped_or_duplicated(sg, feather_on, policy):
     """Waves of arrivals, finishes, a retraction, an abort and a chunked prefill; the CHT
-    follows SGLang's lists after every pass and every request is admitted exactly once.
-    `fcfs` leaves every pass in SGLang's order: its admissions are read off the adder
-    after each formation (`SGLangQueue.settle`), not reported one by one."""
+    follows SGLang's lists after every pass and every request is admitted exactly once,
+    whether the policy drives the passes (`grouped`) or leaves them to SGLang (`fcfs`)."""
     from feather_sched.integrations.sglang import queue_for
 
     feather_on.setenv("FEATHER_POLICY", policy)

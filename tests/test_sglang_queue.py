@@ -44,12 +44,8 @@ def scheduler_loop(
     """SGLang's loop shape (scheduler.py `for req in self.waiting_queue`): offer in list order,
     stop at the first non-admission, go on past a skip; the adder here admits `fits`
     requests and has `kv_tokens` of room (None: unknown), each admission taking its
-    uncached prompt and output. As Feather's adder subclass does, the adder is watched
-    and the answer reported only for a TRY (an ENGINE offer's admission is read off
-    `can_run_list` at the next sync, `SGLangQueue.settle`)."""
-    adder = SimpleNamespace(can_run_list=[], new_chunked_req=None)
-    queue.watch(adder)
-    admitted: list = adder.can_run_list
+    uncached prompt and output."""
+    admitted: list = []
     for r in waiting:
         left = None if kv_tokens is None else kv_tokens - sum(map(kv_need, admitted))
         room = None if left is None else (lambda left=left: left)
@@ -61,11 +57,10 @@ def scheduler_loop(
         ok = len(admitted) < fits
         if ok:
             admitted.append(r)
-        if offer is Offer.TRY:
-            queue.after_offer(r, added=ok, proceed=ok, chunked=False)
+        queue.after_offer(r, added=ok, proceed=ok, chunked=False)
         if not ok:
             break
-    return list(admitted)
+    return admitted
 
 
 def kv_need(r: SimpleNamespace) -> int:
@@ -376,8 +371,8 @@ class SGLangLists(RuleBasedStateMachine):
     """SGLang's waiting list and running batch under any mix of what its scheduler does to
     them between passes (arrivals, admissions, finishes, retractions, aborts anywhere, its own
     re-sort): after every sync the CHT holds exactly the lists, whether the sync read only
-    the appended tail (`ListSnapshot`) or diffed the whole list, and whether the pass
-    reported its admissions one by one or left them to be read off the adder."""
+    the appended tail (`ListSnapshot`) or diffed the whole list, and whether the policy or
+    SGLang's own order drove the pass."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -423,7 +418,7 @@ class SGLangLists(RuleBasedStateMachine):
     @rule(name=st.sampled_from(["grouped", "fcfs"]))
     def swap_policy(self, name):
         """Between passes, as `scheduler.feather.policy = ...` may: `fcfs` leaves every pass
-        in SGLang's order, whose admissions the next sync reads off the adder."""
+        in SGLang's order."""
         from feather_sched.policies.registry import make_policy
 
         self.q.policy = make_policy(name)
@@ -441,8 +436,7 @@ TestSGLangLists.settings = settings(max_examples=80, stateful_step_count=40, dea
 @pytest.mark.parametrize("policy", ["grouped", "fcfs"])
 def test_a_plain_pass_reads_only_the_appended_tail(policy):
     """Admit from the head, append arrivals: the next sync takes the snapshot's fast path,
-    whether the pass reported its admissions (`grouped`) or left them to be read off the
-    adder (`fcfs`, SGLang's order: `settle`)."""
+    whether the policy drove the pass (`grouped`) or left it to SGLang's order (`fcfs`)."""
     from feather_sched.policies.registry import make_policy
 
     q = SGLangQueue(make_policy(policy), chunk_tokens=32)

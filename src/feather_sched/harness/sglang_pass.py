@@ -113,11 +113,8 @@ class Setup:
         return self.sp.SchedulePolicy(name, tree, False, False, False)
 
     def batch_formation(self, policy, tree, alloc, queue: list) -> int:
-        """scheduler.py `_get_new_batch_prefill_raw`: calc_priority, then the adder loop (and
-        Feather's reading of a pass in SGLang's order, `SGLangQueue.settle`)."""
+        """scheduler.py `_get_new_batch_prefill_raw`: calc_priority, then the adder loop."""
         from sglang.srt.managers.scheduler import Scheduler
-
-        from feather_sched.integrations.sglang import queue_for
 
         running = self.ScheduleBatch(reqs=[])
         policy.calc_priority(queue, running, processed_tokens=0)
@@ -131,9 +128,6 @@ class Setup:
             res = adder.add_one_req(req, has_chunked_req=False, truncation_align_size=None)
             if res != self.sp.AddReqResult.CONTINUE:
                 break
-        feather = queue_for(policy)
-        if feather is not None:  # as Feather's get_next_batch_to_run hook, once it returns
-            feather.settle()
         return len(adder.can_run_list)
 
     def match(self, tree, reqs: list) -> None:

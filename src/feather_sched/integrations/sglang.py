@@ -18,15 +18,11 @@ Tested with SGLang 0.5.23; supported: the range in integrations/versions.py (fro
   point for the adder), AROUND: a subclass of whatever adder class SGLang (or another plugin)
   returns, whose `add_one_req` asks the policy ADD/STOP before SGLang's own memory checks and
   lines up the next candidate after each admission. STOP returns `AddReqResult.OTHER`, the
-  result SGLang's adder itself returns when `prefill_max_requests` is reached. In a pass the
-  policy leaves to SGLang's order (`Policy.follows_queue_order`), the subclass only hands
-  the request on: the pass's admissions are read off the adder's `can_run_list` once the
-  formation is over (`SGLangQueue.settle`). The hook also reads the scheduler's batch limits
-  into the policy's view (`prefill_budget`).
+  result SGLang's adder itself returns when `prefill_max_requests` is reached. The hook also
+  reads the scheduler's batch limits into the policy's view (`prefill_budget`).
 - `Scheduler.get_next_batch_to_run`, AROUND: one call per event-loop iteration; the time
   from one iteration's batch pick to the next iteration's start is the step time fed back to
-  the policy (`Policy.end_step`), before the new iteration admits anything; once the
-  formation returns, the admissions of a pass in SGLang's order are taken in. An iteration
+  the policy (`Policy.end_step`), before the new iteration admits anything. An iteration
   with no batch also syncs the CHT (`SGLangQueue.on_idle`), so requests that finished after
   the last admission pass leave it when the server goes idle, not at the next arrival.
 
@@ -209,7 +205,6 @@ def around_next_batch(original: Any, scheduler: Any, *args: Any, **kwargs: Any) 
         queue.end_previous_step()  # before this iteration's admissions (see the method)
     plan = original(scheduler, *args, **kwargs)
     if queue is not None:
-        queue.settle()  # the admissions of a pass in SGLang's own order
         batch = getattr(plan, "batch_to_run", plan)  # NextBatchPlan, or a batch (older)
         reqs = getattr(batch, "reqs", None) or ()
         mode = getattr(batch, "forward_mode", None)
@@ -244,8 +239,6 @@ class FeatherAdderMixin:
         can_run = self.can_run_list  # type: ignore[attr-defined]
         room = self._feather_room if self._feather_has_room else None
         offer = queue.before_offer(req, nothing_admitted=not can_run, room=room)
-        if offer is Offer.ENGINE:  # SGLang's order: its admissions are read after the loop
-            return super().add_one_req(req, *args, **kwargs)  # type: ignore[misc]
         if offer is not Offer.TRY:  # SGLang's loop breaks on STOP, goes on after CONTINUE
             return self._feather_stop if offer is Offer.STOP else self._feather_continue
         result = super().add_one_req(req, *args, **kwargs)  # type: ignore[misc]
@@ -256,10 +249,6 @@ class FeatherAdderMixin:
             chunked=getattr(self, "new_chunked_req", None) is req,
         )
         return result
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._feather_queue.watch(self)
 
     def _feather_room(self) -> float:
         """KV tokens left after the running requests' growth (read only when needed)."""

@@ -13,9 +13,6 @@ each time the adder admits the candidate the scheduler offered, the next candida
 the slot the scheduler's `for` loop reads next (a list iterator reads by index, so moving items
 ahead of it is seen; Python reference, "The for statement"). No order is computed for requests
 SGLang will not reach this pass, and ADD/STOP is asked exactly when SGLang offers a request.
-A pass the policy leaves to SGLang's own order asks nothing per offer (`Offer.ENGINE`): its
-admissions are read off the adder's `can_run_list` in one loop once the formation is over
-(`settle`), not reported one call at a time (benchmarks/sglang.md).
 
 The CHT follows SGLang's lists by request id (set differences per pass, over only the
 appended entries when the rest is as the last pass left it: `ListSnapshot`), through the same
@@ -53,11 +50,7 @@ class Offer(Enum):
     """What `SGLangQueue.before_offer` tells the adder to do with the request SGLang offers."""
 
     TRY = "try"
-    """Let SGLang's adder try it (the adder still decides whether it fits), then report the
-    answer (`after_offer`)."""
-    ENGINE = "engine"
-    """The pass is in SGLang's own order: let the adder try it and report nothing; the
-    admissions are read off the adder when the formation ends (`SGLangQueue.settle`)."""
+    """Let SGLang's adder try it (the adder still decides whether it fits)."""
     STOP = "stop"
     """End the pass (the policy's STOP)."""
     SKIP = "skip"
@@ -156,8 +149,6 @@ class SGLangQueue(Hosted):
         self._chunk_pass = 0
         self._queue: list = []
         self._pass: _Pass | None = None
-        self._adder: Any = None
-        """The current formation's adder, whose admissions in SGLang's order `settle` reads."""
         self._last_step: tuple[float, int, int] | None = None
         self.state_saver: PolicyStateSaver | None = None
         """Saves the policy's learned state while serving (`FEATHER_POLICY_STATE`)."""
@@ -222,7 +213,6 @@ class SGLangQueue(Hosted):
         the appended ones are read. `running=None` (a caller without a running batch) leaves
         the running side alone.
         """
-        self.settle()
         book = self.book
         waiting, run = book.waiting_ids, book.running_ids
         left, joined, listed = self._list_changes(waiting_queue)
@@ -309,33 +299,6 @@ class SGLangQueue(Hosted):
         self.chunked_rid = rid if still_chunked else None
         self._chunk_pass = self.passes
 
-    def watch(self, adder: Any) -> None:
-        """SGLang built the adder of a new formation (the last one's is settled first)."""
-        self.settle()
-        self._adder = adder
-
-    def settle(self) -> None:
-        """Take in the admissions of the watched adder that Feather was not told about one by
-        one: those of a pass in SGLang's own order (`Offer.ENGINE`), read off its
-        `can_run_list` (what it admitted, in list order) once the formation is over. Those
-        reported through `after_offer` are running already and are passed over. Until
-        then, in such a pass, the view still counts them waiting: no policy reads it there."""
-        adder, self._adder = self._adder, None
-        if adder is None:
-            return
-        timer = self.timer
-        t0 = timer() if timer else 0.0
-        waiting = self.book.waiting_ids
-        new_chunked = getattr(adder, "new_chunked_req", None)
-        for req in adder.can_run_list:
-            if req.rid in waiting:
-                self._admit(req)
-                if req is new_chunked:
-                    self.chunked_rid = req.rid
-                    self._chunk_pass = self.passes
-        if timer:
-            self.stats.ordering_s += timer() - t0
-
     def _add_new(self, reqs: Iterator[Any], rids: set[str], now: float, running: bool) -> None:
         need = len(rids)
         book = self.book
@@ -372,7 +335,6 @@ class SGLangQueue(Hosted):
         """`calc_priority`: sync, then put the policy's first candidate at the list head."""
         timer = self.timer
         t0 = timer() if timer else 0.0
-        self.settle()  # before the pass count moves: a chunk it admitted is this pass's
         self._end_pass()
         self.passes += 1
         self.sync(waiting_queue, running)
@@ -388,13 +350,12 @@ class SGLangQueue(Hosted):
     def before_offer(
         self, req: Any, nothing_admitted: bool, room: Callable[[], float] | None = None
     ) -> Offer:
-        """The scheduler offers `req` to the adder: try it (and report back, or not in
-        SGLang's own order), STOP the pass, or skip it. `room`:
+        """The scheduler offers `req` to the adder: try it, STOP the pass, or skip it. `room`:
         reads the KV tokens the adder has left after the running requests' growth (SGLang's
         `rem_total_tokens`, read only after a deferral; None where unknown)."""
         p = self._pass
         if p is None or p.step.engine_order:
-            return Offer.ENGINE
+            return Offer.TRY
         timer = self.timer
         t0 = timer() if timer else 0.0
         try:
@@ -588,7 +549,6 @@ class SGLangQueue(Hosted):
     # ------------------------------------------------------------------ checks
     def check(self, waiting_queue: Sequence[Any], running: Iterable[Any]) -> None:
         """Raise if the CHT disagrees with SGLang's lists (tests and debugging)."""
-        self.settle()
         cur_w = set(map(_rid, waiting_queue))
         cur_r = set(map(_rid, running))
         if self.chunked_rid is not None:
