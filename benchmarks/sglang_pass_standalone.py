@@ -4,12 +4,12 @@
 figure is the difference of two ~4.5 ms formations and spreads ~+-0.1 ms run to run on the
 dev VM, a quarter of the bar. This drives the same `SGLangQueue` calls the adder subclass
 makes (`begin_pass`, then `before_offer` / `after_offer` for each request SGLang's loop
-offers) over stand-in requests, with nothing else on the clock, so a change to Feather's own
-code shows at a few microseconds. Workload as the bench's: N waiting requests of 2,000 tokens,
-each one of 100 shared 1,500-token prefixes (SGLang's radix cache holds them: `prefix_len`
-1,500) plus a private suffix; the adder takes 17 (what SGLang's adder admits there). Wall
-time on `perf_counter` (this thread does nothing else); median and quartiles over
-`--repeats` fresh queues, policies interleaved.
+offers, harness/sglang_loop.py) over stand-in requests, with nothing else on the clock, so
+a change to Feather's own code shows at a few microseconds. Workload as the bench's: N
+waiting requests of 2,000 tokens, each one of 100 shared 1,500-token prefixes (SGLang's
+radix cache holds them: `prefix_len` 1,500) plus a private suffix; the adder takes 17 (what
+SGLang's adder admits there). Wall time on `perf_counter` (this thread does nothing else);
+median and quartiles over `--repeats` fresh queues, policies interleaved.
 
 Usage: python benchmarks/sglang_pass_standalone.py [--policies fcfs,grouped] [--waiting 1000]
            [--repeats 200] [--json OUT.json]
@@ -29,20 +29,14 @@ from array import array
 from types import SimpleNamespace
 
 from feather_sched.bench.machine import write_record
-from feather_sched.integrations.sglang_queue import Offer, SGLangQueue
+from feather_sched.harness.sglang_loop import StandInReq, scheduler_loop
+from feather_sched.integrations.sglang_queue import SGLangQueue
 from feather_sched.policies.registry import make_policy
 
 PREFIXES, PREFIX_LEN, PROMPT_LEN, ADMITTED = 100, 1500, 2000, 17
 
 
-class Req(SimpleNamespace):
-    """What `SGLangQueue` reads off SGLang's `Req`; compared by identity, as SGLang's are."""
-
-    __eq__ = object.__eq__
-    __hash__ = object.__hash__
-
-
-def requests(n: int, seed: int = 0) -> list[Req]:
+def requests(n: int, seed: int = 0) -> list[StandInReq]:
     rng = random.Random(seed)
     prefixes = [
         array("q", (rng.randrange(1, 32000) for _ in range(PREFIX_LEN))) for _ in range(PREFIXES)
@@ -53,12 +47,14 @@ def requests(n: int, seed: int = 0) -> list[Req]:
         ids.extend(rng.randrange(1, 32000) for _ in range(PROMPT_LEN - PREFIX_LEN))
         params = SimpleNamespace(max_new_tokens=128)
         reqs.append(
-            Req(rid=f"r{i}", origin_input_ids=ids, sampling_params=params, prefix_len=PREFIX_LEN)
+            StandInReq(
+                rid=f"r{i}", origin_input_ids=ids, sampling_params=params, prefix_len=PREFIX_LEN
+            )
         )
     return reqs
 
 
-def formation(reqs: list[Req], policy: str) -> float:
+def formation(reqs: list[StandInReq], policy: str) -> float:
     """Milliseconds of Feather's calls in one formation over a fresh queue holding `reqs`."""
     tree = SimpleNamespace(disable=False, page_size=1)  # a radix cache that is on
     q = SGLangQueue(make_policy(policy), chunk_tokens=64, tree_cache=tree)
@@ -67,19 +63,7 @@ def formation(reqs: list[Req], policy: str) -> float:
     gc.collect()
     t0 = time.perf_counter()
     q.begin_pass(waiting, [])
-    admitted: list[Req] = []
-    for r in waiting:
-        offer = q.before_offer(r, nothing_admitted=not admitted, room=None)
-        if offer is Offer.STOP:
-            break
-        if offer is Offer.SKIP:
-            continue
-        ok = len(admitted) < ADMITTED
-        if ok:
-            admitted.append(r)
-        q.after_offer(r, added=ok, proceed=ok, chunked=False)
-        if not ok:
-            break
+    scheduler_loop(q, waiting, ADMITTED)
     elapsed = (time.perf_counter() - t0) * 1e3
     if q.stats.admitted != ADMITTED:
         raise RuntimeError(f"{policy}: {q.stats.admitted} admitted, expected {ADMITTED}")

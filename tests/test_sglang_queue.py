@@ -13,6 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
 
+from feather_sched.harness.sglang_loop import StandInReq, kv_need, scheduler_loop
 from feather_sched.index.cht import RequestState
 from feather_sched.integrations.sglang import settings_from_env
 from feather_sched.integrations.sglang_queue import Offer, SGLangQueue
@@ -21,50 +22,16 @@ from feather_sched.policies.grouped import GroupedPolicy
 PREFIX = {g: [1000 * (i + 1) + t for t in range(128)] for i, g in enumerate("ABCD")}
 
 
-class Req(SimpleNamespace):
-    """A request as SGLang's `Req` compares: by identity (SGLang puts them in sets)."""
-
-    __eq__ = object.__eq__
-    __hash__ = object.__hash__
-
-
-def req(rid: str, group: str, tail: int = 16) -> Req:
+def req(rid: str, group: str, tail: int = 16) -> StandInReq:
     rng = random.Random(rid)
     ids = array("q", PREFIX[group] + [rng.randrange(5000, 30000) for _ in range(tail)])
-    return Req(rid=rid, origin_input_ids=ids, sampling_params=SimpleNamespace(max_new_tokens=8))
+    return StandInReq(
+        rid=rid, origin_input_ids=ids, sampling_params=SimpleNamespace(max_new_tokens=8)
+    )
 
 
-def interleaved(n: int) -> list[Req]:
+def interleaved(n: int) -> list[StandInReq]:
     return [req(f"{g}{i}", g) for i in range(n) for g in "ABCD"]
-
-
-def scheduler_loop(
-    queue: SGLangQueue, waiting: list, fits: int, kv_tokens: int | None = None
-) -> list:
-    """SGLang's loop shape (scheduler.py `for req in self.waiting_queue`): offer in list order,
-    stop at the first non-admission, go on past a skip; the adder here admits `fits`
-    requests and has `kv_tokens` of room (None: unknown), each admission taking its
-    uncached prompt and output."""
-    admitted: list = []
-    for r in waiting:
-        left = None if kv_tokens is None else kv_tokens - sum(map(kv_need, admitted))
-        room = None if left is None else (lambda left=left: left)
-        offer = queue.before_offer(r, nothing_admitted=not admitted, room=room)
-        if offer is Offer.STOP:
-            break
-        if offer is Offer.SKIP:
-            continue
-        ok = len(admitted) < fits
-        if ok:
-            admitted.append(r)
-        queue.after_offer(r, added=ok, proceed=ok, chunked=False)
-        if not ok:
-            break
-    return admitted
-
-
-def kv_need(r: SimpleNamespace) -> int:
-    return len(r.origin_input_ids) - getattr(r, "prefix_len", 0) + r.sampling_params.max_new_tokens
 
 
 def test_pass_orders_by_prefix_group_lazily():
@@ -357,7 +324,8 @@ def test_identical_prompts_are_not_deferred_behind_each_other():
     q = SGLangQueue(GroupedPolicy(), chunk_tokens=32, block_size=32, tree_cache=RADIX)
     ids = array("q", PREFIX["A"])
     twins = [
-        Req(rid=r, origin_input_ids=ids, sampling_params=SimpleNamespace()) for r in ("s0", "s1")
+        StandInReq(rid=r, origin_input_ids=ids, sampling_params=SimpleNamespace())
+        for r in ("s0", "s1")
     ]
     q.begin_pass(twins[:1], [])
     assert scheduler_loop(q, twins[:1], fits=1) == twins[:1]
