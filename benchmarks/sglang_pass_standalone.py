@@ -25,33 +25,33 @@ import random
 import statistics
 import sys
 import time
-from array import array
 from types import SimpleNamespace
 
 from feather_sched.bench.machine import write_record
 from feather_sched.harness.sglang_loop import StandInReq, scheduler_loop
+from feather_sched.harness.sglang_pass import PREFIX_LEN, prefix_pool, prompt
 from feather_sched.integrations.sglang_queue import SGLangQueue
 from feather_sched.policies.registry import make_policy
 
-PREFIXES, PREFIX_LEN, PROMPT_LEN, ADMITTED = 100, 1500, 2000, 17
+ADMITTED = 17
+"""Requests SGLang's adder admits in `feather sglang-bench`'s formation at this workload."""
 
 
 def requests(n: int, seed: int = 0) -> list[StandInReq]:
+    """`feather sglang-bench`'s workload (harness/sglang_pass.py), as stand-in requests whose
+    radix match covers their shared prefix."""
     rng = random.Random(seed)
-    prefixes = [
-        array("q", (rng.randrange(1, 32000) for _ in range(PREFIX_LEN))) for _ in range(PREFIXES)
-    ]
-    reqs = []
-    for i in range(n):
-        ids = array("q", prefixes[rng.randrange(PREFIXES)])
-        ids.extend(rng.randrange(1, 32000) for _ in range(PROMPT_LEN - PREFIX_LEN))
-        params = SimpleNamespace(max_new_tokens=128)
-        reqs.append(
-            StandInReq(
-                rid=f"r{i}", origin_input_ids=ids, sampling_params=params, prefix_len=PREFIX_LEN
-            )
+    prefixes = prefix_pool(rng)
+    params = SimpleNamespace(max_new_tokens=128)
+    return [
+        StandInReq(
+            rid=f"r{i}",
+            origin_input_ids=prompt(rng, prefixes),
+            sampling_params=params,
+            prefix_len=PREFIX_LEN,
         )
-    return reqs
+        for i in range(n)
+    ]
 
 
 def formation(reqs: list[StandInReq], policy: str) -> float:

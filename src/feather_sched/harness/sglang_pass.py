@@ -56,6 +56,21 @@ MAX_PREFILL_TOKENS = 16384
 CHUNKED_PREFILL_SIZE = 8192
 
 
+def prefix_pool(rng: random.Random) -> list[array]:
+    """The workload's shared prefixes: `PREFIXES` random prompts of `PREFIX_LEN` tokens."""
+    return [
+        array("q", (rng.randrange(1, 32000) for _ in range(PREFIX_LEN))) for _ in range(PREFIXES)
+    ]
+
+
+def prompt(rng: random.Random, prefixes: list[array]) -> array:
+    """One request's prompt: a prefix drawn at random, then a private suffix up to
+    `PROMPT_LEN` tokens."""
+    ids = array("q", prefixes[rng.randrange(len(prefixes))])
+    ids.extend(rng.randrange(1, 32000) for _ in range(PROMPT_LEN - PREFIX_LEN))
+    return ids
+
+
 class Setup:
     """SGLang imported and its config published once; fresh caches and policies per run."""
 
@@ -84,10 +99,7 @@ class Setup:
         self.SamplingParams = SamplingParams
         self.feather_policy = os.environ.get("FEATHER_POLICY") or "grouped"
         self.rng = random.Random(seed)
-        self.prefixes = [
-            array("q", (self.rng.randrange(1, 32000) for _ in range(PREFIX_LEN)))
-            for _ in range(PREFIXES)
-        ]
+        self.prefixes = prefix_pool(self.rng)
 
     def tree(self):
         """A RadixCache over a CPU token pool, holding the shared prefixes."""
@@ -99,12 +111,15 @@ class Setup:
         return tree, alloc
 
     def requests(self, n: int, tag: str) -> list:
-        rng, reqs = self.rng, []
-        for i in range(n):
-            ids = array("q", self.prefixes[rng.randrange(PREFIXES)])
-            ids.extend(rng.randrange(1, 32000) for _ in range(PROMPT_LEN - PREFIX_LEN))
-            reqs.append(self.Req(f"{tag}{i}", "", ids, self.SamplingParams(max_new_tokens=128)))
-        return reqs
+        return [
+            self.Req(
+                f"{tag}{i}",
+                "",
+                prompt(self.rng, self.prefixes),
+                self.SamplingParams(max_new_tokens=128),
+            )
+            for i in range(n)
+        ]
 
     def policy(self, name: str, tree, feather: bool = False):
         """A SchedulePolicy with Feather on or off (the plugin reads FEATHER_POLICY when a
