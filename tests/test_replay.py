@@ -81,8 +81,8 @@ def test_schedule_is_kept_however_slow_the_server() -> None:
     """16 requests at once to a server taking ~0.6 s each: all are sent at once (the client
     does not wait for answers: all 16 in flight together, each sent before one request's
     time had passed), so the run takes about one request's time, not 16. (The lag's bound
-    is one request's time, not an absolute figure: on a fresh CI machine the client's first
-    streamed request runs cold code for ~0.4 s before the rest are sent.)"""
+    is one request's time, not an absolute figure: on a fresh CI clone the lag read 0.39 s,
+    likely cold code on the client's first streamed request.)"""
     reqs = [Request(f"r{i}", np.array([10 + i, 5]), 6) for i in range(16)]
     with FakeServer(token_delay_s=0.1) as server:
         row = run_once(_endpoint(server), "A", _work(reqs), ReplaySpec(("A",)))
