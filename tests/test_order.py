@@ -87,6 +87,35 @@ def test_locality_pays_where_the_cost_model_says_so() -> None:
     assert GroupingJudge(FREE_L2).grouping_pays(view)
 
 
+def test_locality_counts_only_where_the_host_overlaps_its_cpu() -> None:
+    """The same queue as above, where locality pays on h100-free-l2: a synchronous host
+    (`overlaps_cpu` False) pays the grouped batch's scattered per-request CPU on the step's
+    clock, so locality alone no longer makes grouping pay there; filling idle slots and KV
+    capacity still do."""
+    view = _with_running(16, 40, 15)
+    judge = GroupingJudge(FREE_L2)
+    assert judge.locality_gain(view) >= 1.02
+    view.overlaps_cpu = True
+    assert judge.grouping_pays(view)
+    view.overlaps_cpu = False
+    assert not judge.grouping_pays(view)
+    view.num_preemptions = 1
+    assert judge.grouping_pays(view)  # KV binds: grouped order, sync or not
+    burst = BudgetView()
+    _groups(burst, 20, 50, 8000, output=50)
+    burst.overlaps_cpu = False
+    assert judge.grouping_pays(burst)  # the idle slots of a burst of long prefixes
+
+
+def test_the_simulator_says_whether_it_overlaps() -> None:
+    """`EngineConfig.async_scheduling` is the simulated host's loop: the judge reads it."""
+    from feather_sched.sim.engine import Simulator
+
+    for overlap in (True, False):
+        sim = Simulator(FCFSPolicy(), MEASURED, EngineConfig(async_scheduling=overlap))
+        assert sim.overlaps_cpu is overlap
+
+
 def test_a_preemption_makes_kv_capacity_binding_for_a_while() -> None:
     view = _with_running(64, 5, 4)
     judge = GroupingJudge(MEASURED)

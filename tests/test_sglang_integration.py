@@ -123,8 +123,11 @@ class Engine:
         max_prefill_tokens=16384,
         chunked_prefill_size=8192,
         max_running_requests=64,
+        enable_overlap=None,
     ):
         self.sg = sg
+        if enable_overlap is not None:  # a real Scheduler always has it
+            self.enable_overlap = enable_overlap
         self.alloc = sg.TokenToKVPoolAllocator(
             size=kv_tokens,
             dtype=__import__("torch").float16,
@@ -274,19 +277,27 @@ def test_feather_order_reaches_the_batch(sg, feather_on):
     assert off == ["A0", "B0", "C0", "D0"]  # SGLang's fcfs, unchanged
 
 
-@pytest.mark.parametrize(("chunk", "budget"), [(8192, 8192), (None, 16384), (-1, 16384)])
-def test_the_view_reports_the_schedulers_batch_limits(sg, feather_on, chunk, budget):
+@pytest.mark.parametrize(
+    ("chunk", "budget", "overlap"),
+    [(8192, 8192, True), (None, 16384, False), (-1, 16384, None)],
+)
+def test_the_view_reports_the_schedulers_batch_limits(sg, feather_on, chunk, budget, overlap):
     """The adder hook reads the scheduler's limits into the policy's view (the judge of when
-    grouped order can pay needs the token budget): a prefill batch computes at most
-    `max_prefill_tokens`, and at most the chunk size when chunked prefill is on."""
+    grouped order can pay needs the token budget, and whether the loop overlaps its CPU with
+    the GPU): a prefill batch computes at most `max_prefill_tokens`, and at most the chunk
+    size when chunked prefill is on; `enable_overlap` says the loop."""
     from feather_sched.integrations.sglang import queue_for
 
-    eng = Engine(sg, "fcfs", max_running_requests=7, chunked_prefill_size=chunk)
+    eng = Engine(
+        sg, "fcfs", max_running_requests=7, chunked_prefill_size=chunk, enable_overlap=overlap
+    )
     q = queue_for(eng.policy)
     assert q.max_num_batched_tokens is None  # until the scheduler builds an adder
+    assert q.overlaps_cpu is None
     eng.waiting_queue = interleaved(sg, 1)
     eng.step()
     assert (q.max_num_seqs, q.max_num_batched_tokens) == (7, budget)
+    assert q.overlaps_cpu is overlap
 
 
 def test_feather_stop_reaches_the_batch(sg, feather_on):

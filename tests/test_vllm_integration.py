@@ -442,6 +442,7 @@ def test_policy_sees_scheduler_view(feather_llm, feather) -> None:
                 cached=view.cached_blocks(rid),
                 age=view.now - view.arrival_time(rid),
                 waiting=view.num_waiting,
+                overlaps=view.overlaps_cpu,
             )
             yield from list(view.waiting_ids())
 
@@ -452,6 +453,7 @@ def test_policy_sees_scheduler_view(feather_llm, feather) -> None:
     assert seen["hashes"] == seen["prompt"] // BLOCK >= 2
     assert 0 <= seen["cached"] <= seen["hashes"]
     assert 0 <= seen["age"] < 60 and seen["waiting"] == 4
+    assert seen["overlaps"] is False  # this engine schedules synchronously
 
 
 def test_async_variant_runs_and_is_chosen_for_async_configs(
@@ -466,6 +468,7 @@ def test_async_variant_runs_and_is_chosen_for_async_configs(
     assert core.batch_queue_size == 2, "the engine should pipeline two batches"
     sched = core.scheduler
     assert type(sched) is FeatherAsyncScheduler
+    assert sched.feather.view.overlaps_cpu is True  # the grouping judge reads it
     preempted = count_preemptions(sched, monkeypatch)
     for name in ("grouped", "feather"):
         sched.feather.policy = make_policy(name)

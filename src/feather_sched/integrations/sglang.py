@@ -187,6 +187,8 @@ def _around_prefill_adder_class(original: Any, scheduler: Any, *args: Any, **kwa
     if max_running:  # the batch limits the policy's view reports (`GroupingJudge` reads both)
         queue.max_num_seqs = int(max_running)
         queue.max_num_batched_tokens = prefill_budget(scheduler)
+        overlap = getattr(scheduler, "enable_overlap", None)
+        queue.overlaps_cpu = None if overlap is None else bool(overlap)
     return feather_adder_class(base, queue)
 
 

@@ -136,6 +136,9 @@ class SGLangQueue(Hosted):
         `max_prefill_tokens`, or its chunked-prefill size where smaller), set with
         `max_num_seqs` once the scheduler builds an adder. None until then: the policy's
         `GroupingJudge` then assumes grouped order can pay."""
+        self.overlaps_cpu: bool | None = None
+        """SchedulerView: whether SGLang runs its overlap loop (`scheduler.enable_overlap`),
+        set with the limits above; None until then (the judge then assumes it does)."""
         self.num_preemptions = 0
         """SchedulerView: running requests SGLang put back in its waiting list (retracted
         under KV pressure), so far. The judge counts KV as binding for a while after one."""

@@ -344,6 +344,11 @@ class VllmSchedulerView:
         return self._c.scheduler.scheduler_config.max_num_batched_tokens
 
     @property
+    def overlaps_cpu(self) -> bool:
+        """Whether vLLM schedules the next step while this one runs (`async_scheduling`)."""
+        return bool(self._c.scheduler.scheduler_config.async_scheduling)
+
+    @property
     def num_waiting(self) -> int:
         return len(self._c._queue().inner)
 

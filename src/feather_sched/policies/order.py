@@ -11,7 +11,14 @@ engine's order where it gets more requests running:
   the same blocks.
 - **Decode locality.** A batch of fewer prefixes reads them from cache; the step-cost model
   prices it (`locality_gain`): near 1 at realistic group counts on the measured H200
-  (benchmarks/gpu.md), large on a sequential CPU kernel or where L2 reuse is free.
+  (benchmarks/gpu.md), large on a sequential CPU kernel or where L2 reuse is free. It counts
+  only where the host forms batches on the CPU while the GPU runs (vLLM's async scheduling,
+  SGLang's overlap loop): in a synchronous loop the engine's per-request Python runs on the
+  step's clock, and a batch grouped out of a burst's arrival order scatters its requests in
+  memory, which that Python pays for. Measured in SGLang's synchronous loop at 10,000
+  waiting: +1.3-1.6 ms of scheduler CPU a step for a ~1 ms shorter GPU step (the model priced
+  3.4 ms), so grouping for locality lost 3.6% to the engine's order there
+  (benchmarks/queue-sweep.md, "Feather's extra CPU at 10,000 waiting" and "Two more rounds").
 
 Where none holds (the engine's order fills the free slots within a small share of their
 lifetime and nothing is preempted), grouped order cannot make the batch larger; it only moves
@@ -68,7 +75,7 @@ class GroupingJudge:
             return True
         return (
             self._kv_binds(view)
-            or self.locality_gain(view) >= LOCALITY_GAIN
+            or (overlaps_cpu(view) and self.locality_gain(view) >= LOCALITY_GAIN)
             or self.idle_share(view) >= IDLE_SHARE
         )
 
@@ -124,6 +131,13 @@ class GroupingJudge:
                 self._locality.clear()
             gain = self._locality[key] = _decode_ratio(self.cost, batch, mixed, grouped, prefix)
         return gain
+
+
+def overlaps_cpu(view: SchedulerView) -> bool:
+    """Whether the host forms the next batch while the GPU runs this one (`overlaps_cpu` on
+    the view: vLLM's async scheduling, SGLang's overlap loop); a host that does not say is
+    taken to overlap, as both engines do by default on a GPU."""
+    return getattr(view, "overlaps_cpu", None) is not False
 
 
 def _decode_ratio(cost: StepCostModel, batch: int, mixed: int, grouped: int, prefix: int) -> float:

@@ -133,6 +133,11 @@ class Simulator(Hosted):
         return self.config.max_num_batched_tokens
 
     @property
+    def overlaps_cpu(self) -> bool:
+        """Whether the scheduler's CPU hides under the GPU step (`order.overlaps_cpu`)."""
+        return self.config.async_scheduling
+
+    @property
     def num_waiting(self) -> int:
         return len(self._waiting)
 
