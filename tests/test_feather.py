@@ -399,22 +399,6 @@ def test_model_prior_decides_the_first_admissions_of_a_burst() -> None:
     assert default.output_tok_s == result.output_tok_s
 
 
-def test_a_synchronous_host_is_not_asked_to_stop() -> None:
-    """The same burst with the scheduler's CPU on the step's clock (a synchronous loop):
-    a STOP's gain is decode locality, which the judge does not count there, so the policy
-    asks nothing and adds every candidate, as the engine would; grouped order still fills
-    the idle slots of the burst's long prefixes."""
-    reqs = LongPrefixWorkload(
-        num_prefixes=2, prefix_len=8000, requests_per_prefix=100, output_len=30
-    ).generate(0)
-    sync = EngineConfig(max_num_seqs=256, async_scheduling=False)
-    policy = FeatherPolicy(cost=COST, max_hold_steps=None)
-    result = simulate(reqs, policy, COST, sync)
-    assert policy.decisions == 0 and policy.stops == 0
-    assert len(result.records) == len(reqs)
-    assert result.steps["groups"].max() == 2
-
-
 def test_model_prior_adds_where_batching_pays() -> None:
     """On an overhead-bound engine (the tiny CPU model) a bigger batch always pays: the
     prior never STOPs, so the batch is what the engine's own order gives."""

@@ -107,23 +107,6 @@ def test_locality_counts_only_where_the_host_overlaps_its_cpu() -> None:
     assert judge.grouping_pays(burst)  # the idle slots of a burst of long prefixes
 
 
-def test_a_synchronous_host_runs_its_own_loop_where_grouping_cannot_pay() -> None:
-    """Feather on the measured H200, on a queue where grouping cannot pay: overlapped, it
-    takes the engine's order but still asks a new group's candidate ADD or STOP; in a
-    synchronous loop it asks nothing, so it says the step follows the host's queue order and
-    the host runs its own loop. Where grouping pays (a burst's idle slots) it never says so."""
-    view = _with_running(64, 5, 4)
-    policy = FeatherPolicy(cost=MEASURED)
-    view.overlaps_cpu = True
-    assert not policy.follows_queue_order(view)
-    view.overlaps_cpu = False
-    assert policy.follows_queue_order(view)
-    burst = BudgetView()
-    _groups(burst, 20, 50, 8000, output=50)
-    burst.overlaps_cpu = False
-    assert not policy.follows_queue_order(burst)
-
-
 def test_the_simulator_says_whether_it_overlaps() -> None:
     """`EngineConfig.async_scheduling` is the simulated host's loop: the judge reads it."""
     from feather_sched.sim.engine import Simulator

@@ -8,10 +8,7 @@ For each, a contextual bandit picks ADD or STOP from a small discrete state
 (`features.DecisionState`: batch-size bin, bin of shared-prefix chunks the candidate would
 bring in, bin of its waiting group's size). Only a candidate that would open a new prefix
 group in a non-empty batch is asked about; one whose group already runs, that shares nothing
-with anyone, or that meets an empty batch is added. A STOP's gain is decode locality, so with a
-cost model on a GPU profile nothing is asked where the host runs a synchronous loop
-(`GroupingJudge.locality_counts`): there every step also pays the engine's CPU, which the
-model does not price, and fewer, larger batches win.
+with anyone, or that meets an empty batch is added.
 
 Reward = batch size / step time (tokens per second), credited to a decision over a window:
 its own step, charged only its *marginal* time (the step's time minus what its prefill tokens
@@ -188,7 +185,6 @@ class FeatherPolicy(Policy):
         self.guard.reset()
         self.judge.reset()
         self._engine_order = False
-        self._asking = True
         if self.gate is not None:
             self.gate.reset()
         self.hold.reset()
@@ -220,13 +216,10 @@ class FeatherPolicy(Policy):
         # The gate acts where Feather reorders: a step it would leave to the queue order is
         # the engine's own (the vLLM adapter does not even ask), and so the same here.
         # Where grouping cannot pay (`order.GroupingJudge`) the candidates come in the
-        # engine's order; a new group's candidate is still asked ADD or STOP where decode
-        # locality counts (a STOP's gain is one; in a synchronous loop it is not asked).
+        # engine's order; a new group's candidate is still asked ADD or STOP.
         self._engine_order = not self.judge.grouping_pays(view)
-        self._asking = self.judge.locality_counts(view)
         released = self.hold.begin_step()  # the gate stands aside this step
-        plain = view.index.num_shared_roots == 0 or (self._engine_order and not self._asking)
-        self._gating = self.gate is not None and not released and not plain
+        self._gating = self.gate is not None and not released and not self.follows_queue_order(view)
         if self.gate is not None:
             self.gate.begin_step(view)
 
@@ -243,11 +236,7 @@ class FeatherPolicy(Policy):
     def follows_queue_order(self, view: SchedulerView) -> bool:
         # No shared chunk anywhere: candidates are the queue head each time (starving ones
         # first, which is the head too) and none loses a prefix, so all are ADDed unasked.
-        # Nor where the host loops synchronously and grouping cannot pay: the engine's order
-        # with nothing asked (locality does not count there), so the host runs its own loop.
-        if view.index.num_shared_roots == 0:
-            return True
-        return not self.judge.locality_counts(view) and not self.judge.grouping_pays(view)
+        return view.index.num_shared_roots == 0
 
     def accept(self, view: SchedulerView, request_id: str) -> bool:
         forced = request_id == self._forced
@@ -257,8 +246,7 @@ class FeatherPolicy(Policy):
         if not forced:
             state = decision_state(view.index, request_id)
             if (
-                self._asking
-                and self.asks(state)
+                self.asks(state)
                 and self._may_stop(view)
                 and self.decide(state, self.prior(view, state, request_id)) == STOP
             ):

@@ -75,17 +75,9 @@ class GroupingJudge:
             return True
         return (
             self._kv_binds(view)
-            or (self.locality_counts(view) and self.locality_gain(view) >= LOCALITY_GAIN)
+            or (overlaps_cpu(view) and self.locality_gain(view) >= LOCALITY_GAIN)
             or self.idle_share(view) >= IDLE_SHARE
         )
-
-    def locality_counts(self, view: SchedulerView) -> bool:
-        """Whether a gain in decode locality alone may decide here (grouped order, and the
-        bandit's STOP, whose prior is one): without a cost model (a policy learns it from
-        measured steps, the host's CPU included), on a sequential kernel (`order_sensitive`:
-        up to 1.5x a step), or where the host overlaps its CPU with the GPU step; not in a
-        synchronous loop, where the model's GPU gain is small beside the host's CPU a step."""
-        return self.cost is None or self.cost.order_sensitive or overlaps_cpu(view)
 
     def _kv_binds(self, view: SchedulerView) -> bool:
         seen = getattr(view, "num_preemptions", None)
