@@ -9,7 +9,10 @@ behaviour (benchmarks/host.md). benchmarks/sim-check.json is the baseline at the
 authors' code, feather-upstream added; the other 56 runs identical to the previous baseline),
 and again when the STOP delay bound became the default (2026-12-06: three feather runs moved,
 long-prefix at both KV sizes and paper-5g, by under 0.5% in tok/s; the other 81 identical
-but for the new `stop_vetoes` counter; benchmarks/sim.md, "The STOP delay bound by default").
+but for the new `stop_vetoes` counter; benchmarks/sim.md, "The STOP delay bound by default"),
+and once the grouping judge's idle share counted only the prefixes grouped order saves
+(2026-12-06, policies/order.py: six feather runs moved, document-qa at 3,000 blocks 1.94x
+-> 2.88x FCFS, the other five by under 0.5%; benchmarks/queue-sweep.md).
 The scheduler's CPU stays off the clock (`EngineConfig(scheduler_cpu="off")`, issue 31): the
 check compares what the policies decide and the engine does, not a CPU cost model's figures
 (the `model` mode's own tests are in tests/test_scheduler_cpu.py).

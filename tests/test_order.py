@@ -5,6 +5,7 @@ removes, end to end in the simulator."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.fcfs import FCFSPolicy
@@ -60,6 +61,25 @@ def test_a_burst_of_long_uncached_prefixes_is_grouped() -> None:
     judge = GroupingJudge(MEASURED)
     assert judge.idle_share(view) > 10 * IDLE_SHARE
     assert judge.grouping_pays(view)
+
+
+def test_a_burst_whose_prefixes_the_host_still_caches_gains_nothing_from_grouping() -> None:
+    """The same burst once a wave has drained: nothing runs, but the host's prefix cache
+    still holds every group's prefix (SGLang's radix tree, vLLM's prefix cache), so the
+    engine's order refills the slots with suffixes only, as grouped order would; a suffix is
+    computed in any order. Half the prefixes cached: half the idle share."""
+    view = BudgetView()
+    _groups(view, 20, 50, 8000, output=50)
+    judge = GroupingJudge(MEASURED)
+    uncached = judge.idle_share(view)
+    prefix_blocks = 8000 // view.block_size
+    for rid in list(view.waiting_ids()):
+        if int(rid[1 : rid.index("m")]) % 2 == 0:  # the even groups
+            view._cached[rid] = prefix_blocks
+    assert judge.idle_share(view) == pytest.approx(uncached / 2, rel=0.01)
+    for rid in list(view.waiting_ids()):
+        view._cached[rid] = prefix_blocks
+    assert judge.idle_share(view) == 0.0
 
 
 def test_a_nearly_full_batch_with_cached_prefixes_keeps_the_engine_order() -> None:

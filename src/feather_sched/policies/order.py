@@ -88,7 +88,8 @@ class GroupingJudge:
 
     def idle_share(self, view: SchedulerView) -> float:
         """Share of the batch's slot-steps the engine's order leaves idle while it prefills
-        what fills the free slots: `free` slots wait half of `prefill / budget` steps each,
+        the shared prefixes of what fills the free slots, where grouped order would not
+        (`_engine_order_prefill`): `free` slots wait half of `prefill / budget` steps each,
         out of `max_num_seqs` slots living `output` decode steps. A host that does not say its
         token budget (`max_num_batched_tokens`) gets 1.0: grouped order, as before."""
         budget = getattr(view, "max_num_batched_tokens", None)
@@ -155,24 +156,29 @@ def _decode_ratio(cost: StepCostModel, batch: int, mixed: int, grouped: int, pre
 
 
 def _engine_order_prefill(view: SchedulerView, free: int) -> tuple[int, int, int]:
-    """Prompt tokens the first `free` waiting requests in queue order must compute (what the
-    running batch holds is cached; a prefix shared among them is computed once), their output
-    tokens and how many they are."""
+    """Prompt tokens the first `free` waiting requests in queue order make the host compute
+    that grouped order need not (their shared prefixes that no running request holds and the
+    host's prefix cache does not hold, each once: an earlier one in the wave computes it for
+    the rest), their output tokens and how many they are. A request's own suffix, and a
+    prefix it shares with no one, are computed in any order, so they are not counted; nor is
+    a prefix the host still caches from finished requests (SGLang's radix tree, vLLM's
+    prefix cache keep them after a burst's wave drains: its refill costs suffixes only)."""
     index, chunk = view.index, view.index.chunk_size
     prefill = output = taken = 0
     seen: set[tuple[int, int]] = set()
     for rid in view.waiting_ids():
         if taken == free:
             break
-        req = view.request(rid)
-        held = index.matched_chunks(rid)
-        depth = shared_depth(index, rid)
-        if depth > held:
-            prefix = index.keys_of(rid)[depth - 1]
-            if prefix in seen:
-                held = depth  # an earlier one in this wave computes the shared prefix
-            seen.add(prefix)
-        prefill += max(0, req.prompt_len - held * chunk)
-        output += req.output_len
+        output += view.request(rid).output_len
         taken += 1
+        depth = shared_depth(index, rid)
+        held = index.matched_chunks(rid)
+        if depth <= held:
+            continue
+        prefix = index.keys_of(rid)[depth - 1]
+        if prefix in seen:
+            continue
+        seen.add(prefix)
+        cached = view.cached_blocks(rid) * view.block_size // chunk
+        prefill += max(0, depth - max(held, cached)) * chunk
     return prefill, output, taken
