@@ -3,10 +3,12 @@
 Grouped order (members of running groups first, `grouped.grouped_candidates`) beats the
 engine's order where it gets more requests running:
 
-- **Filling the batch.** A waiting request whose prefix is not computed costs its whole prompt
-  out of the step's token budget; a member of a running group costs only its own suffix. Where
-  the engine's order would take many steps of prefill to fill the free slots, those slots sit
-  idle meanwhile, and grouped order fills them at once (the paper-Ng bursts, long contexts).
+- **Filling the batch.** A waiting request whose prefix is neither running nor in the host's
+  prefix cache costs its whole prompt out of the step's token budget; a member of a running
+  group costs only its own suffix. Where the engine's order would take many steps of prefill
+  to fill the free slots, those slots sit idle meanwhile, and grouped order fills them at once
+  (the paper-Ng bursts, long contexts). Only the prefixes count: a suffix costs the same in
+  any order, and a refill whose prefixes the host still caches costs suffixes either way.
 - **KV capacity.** Where the engine preempts, a batch of fewer prefixes holds more requests in
   the same blocks.
 - **Decode locality.** A batch of fewer prefixes reads them from cache; the step-cost model
