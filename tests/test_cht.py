@@ -240,6 +240,13 @@ class CHTAgainstRadix(RuleBasedStateMachine):
             assert self.cht.matched_chunks(rid) == self.flat.matched_chunks(rid)
             for depth in range(0, len(keys) + 2):
                 assert self.cht.group_size(rid, depth) == self.flat.group_size(rid, depth)
+            shared = max(
+                (d for d in range(1, len(keys) + 1) if self.flat.group_size(rid, d) >= 2),
+                default=0,
+            )
+            key = keys[shared - 1] if shared else None
+            held = self.flat.matched_chunks(rid)
+            assert self.cht.shared_prefix(rid) == (shared, key, held)
             for key in keys:
                 assert self.cht.group_members(key) == self.flat.group_members(key)
 

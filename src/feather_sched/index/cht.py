@@ -258,6 +258,30 @@ class ChunkedHashTree:
             node = node.parent  # type: ignore[assignment]
         return node.end
 
+    def shared_prefix(self, request_id: str) -> tuple[int, Key | None, int]:
+        """(depth, key, held): the deepest level this request shares with another waiting
+        request (0: none), that level's key (None at 0), and the leading chunks a running
+        request holds (`matched_chunks`). One walk up its path, O(b): the binary search over
+        `group_size` it replaces walked the path once a probe."""
+        node, root = self._leaf.get(request_id), self._root
+        if node is None:
+            self._known(request_id)  # raises
+        shared: ChainNode | None = None
+        held = 0
+        while node is not root:
+            if shared is None and len(node.waiting) >= 2:
+                shared = node
+                if held:
+                    break
+            if not held and node.running:
+                held = node.end
+                if shared is not None:
+                    break
+            node = node.parent  # type: ignore[assignment]
+        if shared is None:
+            return 0, None, held
+        return shared.end, shared.key, held
+
     def running_common_chunks(self) -> int:
         """Chunks shared by every running request (0 when nothing runs)."""
         n = len(self._running)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from feather_sched.index.cht import ChunkedHashTree, deepest_true
+from feather_sched.index.cht import ChunkedHashTree
 
 
 class DecisionState(NamedTuple):
@@ -51,9 +51,8 @@ def log2_bin(value: int, top: int) -> int:
 
 def shared_depth(index: ChunkedHashTree, request_id: str) -> int:
     """Deepest chunk level this request shares with at least one other waiting request
-    (group sizes only shrink with depth, so this is a binary search)."""
-    chunks = len(index.keys_of(request_id))
-    return deepest_true(chunks, lambda i: index.group_size(request_id, i + 1) >= 2)
+    (group sizes only shrink with depth: the deepest node of its path with two waiting)."""
+    return index.shared_prefix(request_id)[0]
 
 
 def decision_state(index: ChunkedHashTree, request_id: str) -> DecisionState:

@@ -167,18 +167,14 @@ def _engine_order_prefill(view: SchedulerView, free: int) -> tuple[int, int, int
     prefix cache keep them after a burst's wave drains: its refill costs suffixes only)."""
     index, chunk = view.index, view.index.chunk_size
     prefill = output = taken = 0
-    seen: set[tuple[int, int]] = set()
+    seen: set[tuple[int, int] | None] = set()
     for rid in view.waiting_ids():
         if taken == free:
             break
         output += view.request(rid).output_len
         taken += 1
-        depth = shared_depth(index, rid)
-        held = index.matched_chunks(rid)
-        if depth <= held:
-            continue
-        prefix = index.keys_of(rid)[depth - 1]
-        if prefix in seen:
+        depth, prefix, held = index.shared_prefix(rid)
+        if depth <= held or prefix in seen:
             continue
         seen.add(prefix)
         cached = view.cached_blocks(rid) * view.block_size // chunk
