@@ -226,6 +226,20 @@ def test_budget_grows_with_rewards_and_is_spent_on_exploration() -> None:
     assert policy.budget == pytest.approx(0.4)  # alpha of each of the three rewards
 
 
+def test_no_exploratory_stop_where_explore_is_off() -> None:
+    """`explore=False` (a synchronous host under a GPU model, `GroupingJudge.explores_stop`):
+    the STOP the budget would pay for is an ADD, and nothing is spent; a confident STOP
+    stays a STOP."""
+    policy = FeatherPolicy(alpha=0.1, initial_budget=0.5)
+    key = (3, 7, 1)  # batch 4, a group of one: an untried STOP costs 0.2
+    assert policy.decide(decision_state_for(key), explore=False) == ADD
+    assert policy.budget == pytest.approx(0.5) and policy.explorations == 0
+    assert policy.decide(decision_state_for(key), prior=(0.5, 0.01), explore=False) == STOP
+    assert policy.explorations == 0
+    assert policy.decide(decision_state_for(key)) == STOP  # exploring again where allowed
+    assert policy.explorations == 1
+
+
 def _a_stream_and_two_b() -> list[Request]:
     """600 group-A requests arriving 10 ms apart and two group-B requests at 50 ms."""
     prefix_a = np.random.default_rng(1).integers(0, 1000, 2048).astype(np.int32)

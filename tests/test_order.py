@@ -127,6 +127,40 @@ def test_locality_counts_only_where_the_host_overlaps_its_cpu() -> None:
     assert judge.grouping_pays(burst)  # the idle slots of a burst of long prefixes
 
 
+def test_stop_is_explored_except_on_a_synchronous_host_under_a_gpu_model() -> None:
+    """A STOP's extra steps carry a synchronous host's CPU, which a GPU model's prior does
+    not price: no exploratory STOP there. Without a model, on a sequential kernel's model,
+    or where the host overlaps, STOP is explored as before."""
+    view = _with_running(16, 40, 15)
+    sequential = StepCostModel("cpu", "kv-bound")  # vLLM's CPU build: a sequential kernel
+    assert sequential.order_sensitive and not MEASURED.order_sensitive
+    for overlap in (None, True, False):
+        view.overlaps_cpu = overlap
+        assert GroupingJudge(None).explores_stop(view)
+        assert GroupingJudge(sequential).explores_stop(view)
+        assert GroupingJudge(MEASURED).explores_stop(view) is (overlap is not False)
+
+
+def test_feather_asks_its_bandit_to_explore_only_where_the_judge_allows() -> None:
+    """The wiring: a candidate opening a new group is decided with exploration on where the
+    host overlaps and off on a synchronous host (the measured GPU model)."""
+    view = _with_running(20, 10, 2)  # groups 16-19 wait, none of them running
+    policy = FeatherPolicy(cost=MEASURED, kv_gate=False)
+    asked: list[bool] = []
+    decide = policy.decide
+
+    def spy(state, prior=None, explore=True):
+        asked.append(explore)
+        return decide(state, prior, explore)
+
+    policy.decide = spy  # type: ignore[method-assign]
+    for overlap in (True, False):
+        view.overlaps_cpu = overlap
+        policy.begin_step(view)
+        policy.accept(view, "g19m0")
+    assert asked == [True, False]
+
+
 def test_the_simulator_says_whether_it_overlaps() -> None:
     """`EngineConfig.async_scheduling` is the simulated host's loop: the judge reads it."""
     from feather_sched.sim.engine import Simulator

@@ -248,7 +248,10 @@ class FeatherPolicy(Policy):
             if (
                 self.asks(state)
                 and self._may_stop(view)
-                and self.decide(state, self.prior(view, state, request_id)) == STOP
+                and self.decide(
+                    state, self.prior(view, state, request_id), self.judge.explores_stop(view)
+                )
+                == STOP
             ):
                 self.delay.stopped(view.now, self.stop_lead)
                 return False
@@ -326,9 +329,11 @@ class FeatherPolicy(Policy):
         add = steps * t(mix(batch, group))
         return (add - stop) / (max(add, stop) + prefill)
 
-    def decide(self, state: DecisionState, prior: tuple[float, float] | None = None) -> int:
+    def decide(
+        self, state: DecisionState, prior: tuple[float, float] | None = None, explore: bool = True
+    ) -> int:
         """ADD or STOP for a candidate that opens a new prefix group; records it for
-        credit."""
+        credit. `explore=False`: no exploratory STOP (`GroupingJudge.explores_stop`)."""
         key = state.group_bins()
         if self.learn:
             # An untried STOP keeps a batch of B from taking the candidate's waiting group
@@ -338,7 +343,8 @@ class FeatherPolicy(Policy):
             # a STOP holds the group a whole pass, lost 7% to exploration that cheap.)
             held = max(1, state.group)
             untried = held / (state.batch + held)
-            choice = self.table.choose(key, self.reward_scale, self.budget, untried, prior)
+            budget = self.budget if explore else -1.0  # below any cost: exploit only
+            choice = self.table.choose(key, self.reward_scale, budget, untried, prior)
             if choice.exploring:
                 self.budget -= choice.cost
                 self.explorations += 1

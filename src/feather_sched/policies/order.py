@@ -81,6 +81,21 @@ class GroupingJudge:
             or self.idle_share(view) >= IDLE_SHARE
         )
 
+    def explores_stop(self, view: SchedulerView) -> bool:
+        """Whether the bandit may spend its exploration budget on STOP this step. Not on a
+        synchronous host (`overlaps_cpu` False) under a model that prices GPU steps (not
+        `order_sensitive`): a STOP buys decode locality with more steps of smaller batches,
+        and there every step also carries the host's own CPU, which the model's prior does
+        not price. STOP is then taken only where the prior and the rewards say it wins with
+        confidence. Measured in SGLang's synchronous loop at 10,000 waiting: every STOP of
+        a run was exploratory (none with the budget at 0), and 234-362 of them cost 2-5% of
+        fcfs's throughput (benchmarks/queue-sweep.md, "Exploratory STOPs in a synchronous
+        loop"). Without a model, or on a sequential kernel, exploring is how STOP's gain is
+        found, and an overlapping host hides its CPU under the GPU's step."""
+        if self.cost is None or self.cost.order_sensitive:
+            return True
+        return overlaps_cpu(view)
+
     def _kv_binds(self, view: SchedulerView) -> bool:
         seen = getattr(view, "num_preemptions", None)
         if seen is not None and seen > self._preemptions:
