@@ -88,10 +88,11 @@ class GroupingJudge:
         and there every step also carries the host's own CPU, which the model's prior does
         not price. STOP is then taken only where the prior and the rewards say it wins with
         confidence. Measured in SGLang's synchronous loop at 10,000 waiting: every STOP of
-        a run was exploratory (none with the budget at 0), and 234-362 of them cost 2-5% of
-        fcfs's throughput (benchmarks/queue-sweep.md, "Exploratory STOPs in a synchronous
-        loop"). Without a model, or on a sequential kernel, exploring is how STOP's gain is
-        found, and an overlapping host hides its CPU under the GPU's step."""
+        a run was exploratory (none with the budget at 0), and 234-362 of them cost 1-4% of
+        throughput against the run without them (benchmarks/queue-sweep.md, "Exploratory
+        STOPs in a synchronous loop"). Without a model, or on a sequential kernel,
+        exploring is how STOP's gain is found, and an overlapping host hides its CPU under
+        the GPU's step."""
         if self.cost is None or self.cost.order_sensitive:
             return True
         return overlaps_cpu(view)
