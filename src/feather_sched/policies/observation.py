@@ -132,7 +132,10 @@ class DelegatedFeather(FeatherPolicy):
     def asks(self, state: DecisionState) -> bool:
         return learned_decision_point(state)
 
-    def decide(self, state: DecisionState, prior: tuple[float, float] | None = None) -> int:
+    def decide(
+        self, state: DecisionState, prior: tuple[float, float] | None = None, explore: bool = True
+    ) -> int:
+        """The learned policy's ADD/STOP (it does not explore: `explore` is not read)."""
         assert self._view is not None
         obs = observe(state, self._view, self._throughput.last, self._throughput.best)
         action = self.choose(obs)

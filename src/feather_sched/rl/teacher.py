@@ -55,8 +55,10 @@ class RecordingFeather(FeatherPolicy):
     def asks(self, state: DecisionState) -> bool:
         return learned_decision_point(state)  # record where the learned policy will decide
 
-    def decide(self, state: DecisionState, prior: tuple[float, float] | None = None) -> int:
-        action = super().decide(state, prior)
+    def decide(
+        self, state: DecisionState, prior: tuple[float, float] | None = None, explore: bool = True
+    ) -> int:
+        action = super().decide(state, prior, explore)
         if self.recording:
             assert self._view is not None
             t = self._throughput
