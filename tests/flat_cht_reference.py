@@ -7,7 +7,6 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from enum import Enum
 
 import numpy as np
 
@@ -15,32 +14,17 @@ import numpy as np
 # the flat *tree*, and both must see the same digests for their answers to be compared.
 from feather_sched.index.chain import chunk_digests
 
+# So are the request states and the misuse errors (index/records.py): what the reference
+# checks is the tree's answers, and both raise the same errors for the same misuse.
+from feather_sched.index.records import (
+    DuplicateRequestError,
+    InvalidTransitionError,
+    RequestState,
+    UnknownRequestError,
+)
+
 Key = tuple[int, int]
 """(level, digest): the prefix through chunk `level` (0-based)."""
-
-
-class CHTError(LookupError):
-    """Base class for index misuse (unknown ids, duplicates, wrong transitions)."""
-
-
-class UnknownRequestError(CHTError, KeyError):
-    """The id is not in the index."""
-
-    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
-        return str(self.args[0]) if self.args else "unknown request"
-
-
-class DuplicateRequestError(CHTError, ValueError):
-    """The id is already in the index."""
-
-
-class InvalidTransitionError(CHTError, ValueError):
-    """The request is not in the state the operation needs (e.g. admitting a running one)."""
-
-
-class RequestState(Enum):
-    WAITING = "waiting"
-    RUNNING = "running"
 
 
 @dataclass(frozen=True, slots=True)

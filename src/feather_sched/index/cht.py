@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, KeysView, Sequence
-from dataclasses import dataclass
-from enum import Enum
 
 import numpy as np
 
@@ -40,42 +38,16 @@ from feather_sched.index.chain import (  # noqa: F401 (chain names re-exported: 
     chunk_digests,
     deepest_true,
 )
+from feather_sched.index.records import (  # noqa: F401 (re-exported, as the chain names)
+    Candidate,
+    CHTError,
+    DuplicateRequestError,
+    InvalidTransitionError,
+    RequestState,
+    UnknownRequestError,
+)
 
 _ABSENT = object()
-
-
-class CHTError(LookupError):
-    """Base class for index misuse (unknown ids, duplicates, wrong transitions)."""
-
-
-class UnknownRequestError(CHTError, KeyError):
-    """The id is not in the index."""
-
-    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
-        return str(self.args[0]) if self.args else "unknown request"
-
-
-class DuplicateRequestError(CHTError, ValueError):
-    """The id is already in the index."""
-
-
-class InvalidTransitionError(CHTError, ValueError):
-    """The request is not in the state the operation needs (e.g. admitting a running one)."""
-
-
-class RequestState(Enum):
-    WAITING = "waiting"
-    RUNNING = "running"
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A waiting request proposed for admission, with how well it fits the running batch."""
-
-    request_id: str
-    matched_chunks: int
-    """Leading chunks of its prompt already held by some running request."""
-    total_chunks: int
 
 
 class ChunkedHashTree:
