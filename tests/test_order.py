@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.fcfs import FCFSPolicy
@@ -80,6 +82,67 @@ def test_a_burst_whose_prefixes_the_host_still_caches_gains_nothing_from_groupin
     for rid in list(view.waiting_ids()):
         view._cached[rid] = prefix_blocks
     assert judge.idle_share(view) == 0.0
+
+
+class ProbeCounting(BudgetView):
+    """A BudgetView that counts its prefix-cache probes."""
+
+    probes = 0
+
+    def cached_blocks(self, request_id: str) -> int:
+        self.probes += 1
+        return super().cached_blocks(request_id)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    groups=st.integers(1, 12),
+    members=st.integers(1, 6),
+    running=st.integers(0, 3),
+    prefix=st.sampled_from([64, 512, 2048, 8000]),
+    cached=st.lists(st.integers(0, 130), min_size=12, max_size=12),
+    budget=st.sampled_from([512, 2048, 8192]),
+    threshold=st.floats(0.0, 0.2),
+)
+def test_the_verdict_probing_only_while_open_is_the_full_shares(
+    groups, members, running, prefix, cached, budget, threshold
+) -> None:
+    """`idle_share_reaches` gives `idle_share(view) >= threshold` on any queue, with at most
+    as many cache probes (each a real radix match in SGLang), and none where the share with
+    every prefix uncached is already under the threshold."""
+    view = ProbeCounting(budget=budget)
+    _groups(view, groups, members, prefix, output=64)
+    for m in range(min(running, members)):
+        for g in range(0, groups, 2):
+            view.admit(f"g{g}m{m}")
+    for rid in list(view.waiting_ids()):
+        view._cached[rid] = cached[int(rid[1 : rid.index("m")])] * prefix // 100 // 16
+    judge = GroupingJudge(MEASURED)
+    full = judge.idle_share(view)
+    probes, view.probes = view.probes, 0
+    assert judge.idle_share_reaches(view, threshold) == (full >= threshold)
+    assert view.probes <= probes
+    for rid in list(view.waiting_ids()):
+        view._cached[rid] = 0
+    if judge.idle_share(view) < threshold:
+        view.probes = 0
+        assert not judge.idle_share_reaches(view, threshold)
+        assert view.probes == 0
+
+
+def test_a_clear_verdict_probes_few_prefixes_or_none() -> None:
+    """20 uncached 8,000-token prefixes (an idle share over 10x the threshold): two probes
+    find enough uncached prefill to settle it, not 20; under a threshold above the share with
+    every prefix uncached, no probe at all."""
+    view = ProbeCounting()
+    _groups(view, 20, 50, 8000, output=50)
+    judge = GroupingJudge(MEASURED)
+    assert judge.idle_share_reaches(view, IDLE_SHARE)
+    assert view.probes == 2
+    full = judge.idle_share(view)
+    view.probes = 0
+    assert not judge.idle_share_reaches(view, 1.01 * full)
+    assert view.probes == 0
 
 
 def test_a_nearly_full_batch_with_cached_prefixes_keeps_the_engine_order() -> None:
