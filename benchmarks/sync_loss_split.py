@@ -62,12 +62,17 @@ def run(row: str, reqs: list, cpu: str, cost: StepCostModel) -> dict:
     with forced if row.endswith("engine-order") else contextlib.nullcontext():
         result = simulate(reqs, make_policy(policy, **options), cost, engine)
     summary, prefill = result.summary(), result.steps["prefill_tokens"]
+    seconds, carries = result.steps["duration"], prefill > 0
     return {
         "output_tok_s": summary["output_tok_s"],
         "ttft_p99_s": summary["ttft_p99_s"],
         "steps": len(prefill),
         "prefill_steps": int((prefill > 0).sum()),
-        "prefill_tokens_per_prefill_step": round(float(prefill[prefill > 0].mean()), 1),
+        "prefill_tokens_per_prefill_step": round(float(prefill[carries].mean()), 1),
+        "prefill_steps_s": round(float(seconds[carries].sum()), 3),
+        "decode_only_step_ms": round(float(seconds[~carries].mean()) * 1e3, 3)
+        if (~carries).any()
+        else None,
         "mean_prefix_groups": summary["mean_prefix_groups"],
         "sched_cpu_ms_per_step": summary.get("sched_cpu_ms_per_step"),
     }
