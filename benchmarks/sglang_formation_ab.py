@@ -1,0 +1,132 @@
+"""Feather's part of SGLang's batch formation, A/B arms in one process (issue 31's SGLang bar).
+
+`feather sglang-bench` compares Feather's formation with lpm's across processes and spreads
+~+-0.1 ms run to run, too much to see a change of that size. This runs, in one process and
+interleaved formation by formation (the order rotating), SGLang's own batch formation
+(harness/sglang_pass.py: calc_priority, then the adder loop) in these arms:
+
+- `lpm`: lpm as shipped (SGLang's fcfs above 128 waiting), the bar's reference;
+- `lpm-grouped-list`: the same, on the queue sorted beforehand into grouped order (each prefix
+  group's members together, groups by first arrival: the order Feather's `grouped` admits
+  in), so SGLang admits what Feather would, with no Feather code running;
+- `feather`: Feather's `grouped` through the plugin, as `feather sglang-bench` runs it;
+- `feather-memmove`: the same with every candidate moved by pop-then-insert (only the moved
+  entry's reference touched) instead of `list_snapshot.move`'s choice by distance (a slice
+  assignment, a reference-count touch on every entry between, when the move is short).
+
+Workload: `feather sglang-bench`'s (100 shared 1,500-token prefixes, 2,000-token prompts, 17
+admitted). Process CPU a formation; each arm's figure is the median over rounds of (arm -
+lpm) within the round.
+
+Usage: python benchmarks/sglang_formation_ab.py [--sizes 1000,10000] [--rounds 100] [--json OUT]
+(in an environment with the `sglang` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+from feather_sched.bench.machine import write_record
+from feather_sched.harness import sglang_pass as H
+
+ARMS = ("lpm", "lpm-grouped-list", "feather", "feather-memmove")
+
+
+def memmove(entries: list, j: int, slot: int) -> None:
+    """`feather-memmove`'s move: pop, then insert, at any distance."""
+    entries.insert(slot, entries.pop(j))
+
+
+def grouped_list(reqs: list) -> list:
+    """`reqs` with each prefix group's members together, groups in order of first arrival
+    (a group's key: its prompt's first 64 tokens, inside the 1,500-token shared prefix)."""
+    first: dict[tuple, int] = {}
+    for i, r in enumerate(reqs):
+        first.setdefault(tuple(r.origin_input_ids[:64]), i)
+    return sorted(reqs, key=lambda r: first[tuple(r.origin_input_ids[:64])])
+
+
+def formation_ms(s: H.Setup, reqs: list, arm: str) -> tuple[float, int]:
+    """Process CPU of one batch formation of `arm` on a fresh radix tree (`reqs` already in
+    the arm's list order), and how many it admitted."""
+    from feather_sched.integrations import list_snapshot, sglang_queue
+    from feather_sched.integrations.sglang import queue_for
+
+    tree, alloc = s.tree()
+    queue = list(reqs)
+    if arm.startswith("lpm"):
+        policy = s.policy("lpm", tree)
+    else:
+        policy = s.policy("fcfs", tree, feather=True)
+        queue_for(policy).sync(queue, [])
+        H._warm_adder_class(policy)
+    mover: Callable = memmove if arm == "feather-memmove" else list_snapshot.move
+    sglang_queue.move = mover
+    try:
+        gc.collect()
+        t0 = time.process_time()
+        admitted = s.batch_formation(policy, tree, alloc, queue)
+        return (time.process_time() - t0) * 1e3, admitted
+    finally:
+        sglang_queue.move = list_snapshot.move
+
+
+def measure(s: H.Setup, n: int, rounds: int) -> dict:
+    reqs = s.requests(n, f"n{n}-")
+    lists = {arm: grouped_list(reqs) if arm == "lpm-grouped-list" else reqs for arm in ARMS}
+    times: dict[str, list[float]] = {a: [] for a in ARMS}
+    admitted: dict[str, set[int]] = {a: set() for a in ARMS}
+    for k in range(rounds):
+        k %= len(ARMS)
+        for arm in ARMS[k:] + ARMS[:k]:
+            ms, took = formation_ms(s, lists[arm], arm)
+            times[arm].append(ms)
+            admitted[arm].add(took)
+    row: dict = {"n_waiting": n, "rounds": rounds}
+    for arm in ARMS:
+        row[f"{arm}_formation_ms"] = round(statistics.median(times[arm]), 4)
+        row[f"{arm}_admitted"] = sorted(admitted[arm])
+    for arm in ARMS[1:]:
+        added = [a - b for a, b in zip(times[arm], times["lpm"], strict=True)]
+        q = statistics.quantiles(added, n=4)
+        row[f"{arm}_minus_lpm_ms"] = round(statistics.median(added), 4)
+        row[f"{arm}_minus_lpm_q1_q3_ms"] = [round(q[0], 4), round(q[2], 4)]
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,10000")
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    if args.rounds < 4 or min(sizes) <= 17:
+        ap.error("--rounds must be >= 4 and every size > 17")
+    s = H.Setup(0)
+    os.environ["FEATHER_POLICY"] = "grouped"  # the plugin registers its hooks when on
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    rows = []
+    for n in sizes:
+        rows.append(measure(s, n, args.rounds))
+        print(rows[-1], flush=True)
+    if args.json:
+        write_record(
+            args.json,
+            benchmark=__doc__.splitlines()[0],
+            command="python benchmarks/sglang_formation_ab.py " + " ".join(sys.argv[1:]),
+            rows=rows,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
