@@ -104,7 +104,7 @@ class ProbeCounting(BudgetView):
     budget=st.sampled_from([512, 2048, 8192]),
     threshold=st.floats(0.0, 0.2),
 )
-def test_the_verdict_probing_only_while_open_is_the_full_shares(
+def test_the_verdict_probing_only_while_open_matches_the_full_share(
     groups, members, running, prefix, cached, budget, threshold
 ) -> None:
     """`idle_share_reaches` gives `idle_share(view) >= threshold` on any queue, with at most

@@ -108,7 +108,7 @@ class GroupingJudge:
     def idle_share(self, view: SchedulerView) -> float:
         """Share of the batch's slot-steps the engine's order leaves idle while it prefills
         the shared prefixes of what fills the free slots, where grouped order would not
-        (`_engine_order_wave`): `free` slots wait half of `prefill / budget` steps each,
+        (`_Wave`): `free` slots wait half of `prefill / budget` steps each,
         out of `max_num_seqs` slots living `output` decode steps. A host that does not say its
         token budget (`max_num_batched_tokens`) gets 1.0: grouped order, as before."""
         wave = _Wave.ahead(view)
@@ -197,7 +197,7 @@ class _Wave:
     host's cache (`cached_blocks`) tells."""
 
     def __init__(self, view: SchedulerView, free: int, budget: int) -> None:
-        self.view, self.free, self.budget = view, free, budget
+        self.view, self.budget = view, budget
         index = view.index
         self.taken = self.output = 0
         self.open: list[tuple[str, int, int]] = []
