@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -14,9 +13,10 @@ import numpy as np
 # the flat *tree*, and both must see the same digests for their answers to be compared.
 from feather_sched.index.chain import chunk_digests
 
-# So are the request states and the misuse errors (index/records.py): what the reference
-# checks is the tree's answers, and both raise the same errors for the same misuse.
+# So are the request states, the candidate record and the misuse errors (index/records.py):
+# what the reference checks is the tree's answers, and both name them alike.
 from feather_sched.index.records import (
+    Candidate,
     DuplicateRequestError,
     InvalidTransitionError,
     RequestState,
@@ -25,21 +25,6 @@ from feather_sched.index.records import (
 
 Key = tuple[int, int]
 """(level, digest): the prefix through chunk `level` (0-based)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A waiting request proposed for admission, with how well it fits the running batch."""
-
-    request_id: str
-    matched_chunks: int
-    """Leading chunks of its prompt already held by some running request."""
-    total_chunks: int
-
-    @property
-    def missing_chunks(self) -> int:
-        """Chunks this request would bring into the running set that are not there yet."""
-        return self.total_chunks - self.matched_chunks
 
 
 class ChunkedHashTree:
