@@ -45,11 +45,12 @@ KEEP = (
 )
 
 
-def traffic(n: int) -> list:
-    """`n` shared-prefix requests, all waiting at t=0 (the first n of the shuffled groups)."""
+def traffic(n: int, seed: int = 0) -> list:
+    """`n` shared-prefix requests, all waiting at t=0 (the first n of the groups shuffled by
+    `seed`)."""
     per_group = -(-n // SHAPE["num_groups"])
     workload = make_workload("shared-prefix", prompts_per_group=per_group, **SHAPE)
-    return workload.generate(0)[:n]
+    return workload.generate(seed)[:n]
 
 
 def run_cell(n: int, policy: str, mode: str, cost: StepCostModel, sync: bool = False) -> dict:

@@ -35,7 +35,6 @@ from feather_sched.policies.order import GroupingJudge
 from feather_sched.policies.registry import make_policy
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.engine import simulate
-from feather_sched.workloads.registry import make_workload
 
 ROWS = ("fcfs", "feather", "feather-engine-order")
 OUTPUTS = {"fixed": None, "jittered": (64, 192)}
@@ -43,9 +42,7 @@ OUTPUTS = {"fixed": None, "jittered": (64, 192)}
 
 def traffic(n: int, seed: int, outputs: tuple[int, int] | None) -> list:
     """queue_sweep.py's traffic with queue shuffle `seed`; outputs drawn in `outputs`."""
-    per_group = -(-n // Q.SHAPE["num_groups"])
-    reqs = make_workload("shared-prefix", prompts_per_group=per_group, **Q.SHAPE)
-    reqs = reqs.generate(seed)[:n]
+    reqs = Q.traffic(n, seed)
     if outputs is None:
         return reqs
     rng = np.random.default_rng(1000 + seed)
