@@ -56,16 +56,10 @@ def formation_ms(s: H.Setup, reqs: list, arm: str) -> tuple[float, int]:
     """Process CPU of one batch formation of `arm` on a fresh radix tree (`reqs` already in
     the arm's list order), and how many it admitted."""
     from feather_sched.integrations import list_snapshot, sglang_queue
-    from feather_sched.integrations.sglang import queue_for
 
     tree, alloc = s.tree()
-    queue = list(reqs)
-    if arm.startswith("lpm"):
-        policy = s.policy("lpm", tree)
-    else:
-        policy = s.policy("fcfs", tree, feather=True)
-        queue_for(policy).sync(queue, [])
-        H._warm_adder_class(policy)
+    name = "lpm" if arm.startswith("lpm") else "feather"
+    policy, queue = H._formation_policy(s, name, tree, reqs)  # as `feather sglang-bench`
     mover: Callable = memmove if arm == "feather-memmove" else list_snapshot.move
     sglang_queue.move = mover
     try:
