@@ -5,7 +5,10 @@
 interleaved formation by formation (the order rotating), SGLang's own batch formation
 (harness/sglang_pass.py: calc_priority, then the adder loop) in these arms:
 
-- `lpm`: lpm as shipped (SGLang's fcfs above 128 waiting), the bar's reference;
+- `lpm`: lpm as shipped (SGLang's fcfs above 128 waiting), the bar's reference, after the
+  same untimed setup as Feather's arm (`_formation_policy`: a CHT filled from the queue);
+- `lpm-unlevelled`: the same without that setup (the bench's lpm arm before it was levelled:
+  the difference is what the setup's sweep of the CPU caches costs the formation after it);
 - `lpm-grouped-list`: the same, on the queue sorted beforehand into grouped order (each prefix
   group's members together, groups by first arrival: the order Feather's `grouped` admits
   in), so SGLang admits what Feather would, with no Feather code running;
@@ -18,8 +21,11 @@ Workload: `feather sglang-bench`'s (100 shared 1,500-token prefixes, 2,000-token
 admitted). Process CPU a formation; each arm's figure is the median over rounds of (arm -
 lpm) within the round.
 
-Usage: python benchmarks/sglang_formation_ab.py [--sizes 1000,10000] [--rounds 100] [--json OUT]
-(in an environment with the `sglang` extra).
+Usage: python benchmarks/sglang_formation_ab.py [--sizes 1000,10000] [--rounds 100]
+           [--arms lpm,lpm-unlevelled,...] [--json OUT]
+(in an environment with the `sglang` extra). Records before the `lpm-unlevelled` arm
+(benchmarks/sglang-formation-ab.json) have an `lpm` arm without the setup: this one's
+`lpm-unlevelled`.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from collections.abc import Callable
 from feather_sched.bench.machine import write_record
 from feather_sched.harness import sglang_pass as H
 
-ARMS = ("lpm", "lpm-grouped-list", "feather", "feather-memmove")
+ARMS = ("lpm", "lpm-unlevelled", "lpm-grouped-list", "feather", "feather-memmove")
 
 
 def memmove(entries: list, j: int, slot: int) -> None:
@@ -59,7 +65,10 @@ def formation_ms(s: H.Setup, reqs: list, arm: str) -> tuple[float, int]:
 
     tree, alloc = s.tree()
     name = "lpm" if arm.startswith("lpm") else "feather"
-    policy, queue = H._formation_policy(s, name, tree, reqs)  # as `feather sglang-bench`
+    if arm == "lpm-unlevelled":
+        policy, queue = s.policy("lpm", tree), list(reqs)
+    else:
+        policy, queue = H._formation_policy(s, name, tree, reqs)  # as `feather sglang-bench`
     mover: Callable = memmove if arm == "feather-memmove" else list_snapshot.move
     sglang_queue.move = mover
     try:
@@ -71,22 +80,22 @@ def formation_ms(s: H.Setup, reqs: list, arm: str) -> tuple[float, int]:
         sglang_queue.move = list_snapshot.move
 
 
-def measure(s: H.Setup, n: int, rounds: int) -> dict:
+def measure(s: H.Setup, n: int, rounds: int, arms: tuple[str, ...] = ARMS) -> dict:
     reqs = s.requests(n, f"n{n}-")
-    lists = {arm: grouped_list(reqs) if arm == "lpm-grouped-list" else reqs for arm in ARMS}
-    times: dict[str, list[float]] = {a: [] for a in ARMS}
-    admitted: dict[str, set[int]] = {a: set() for a in ARMS}
+    lists = {arm: grouped_list(reqs) if arm == "lpm-grouped-list" else reqs for arm in arms}
+    times: dict[str, list[float]] = {a: [] for a in arms}
+    admitted: dict[str, set[int]] = {a: set() for a in arms}
     for k in range(rounds):
-        k %= len(ARMS)
-        for arm in ARMS[k:] + ARMS[:k]:
+        k %= len(arms)
+        for arm in arms[k:] + arms[:k]:
             ms, took = formation_ms(s, lists[arm], arm)
             times[arm].append(ms)
             admitted[arm].add(took)
     row: dict = {"n_waiting": n, "rounds": rounds}
-    for arm in ARMS:
+    for arm in arms:
         row[f"{arm}_formation_ms"] = round(statistics.median(times[arm]), 4)
         row[f"{arm}_admitted"] = sorted(admitted[arm])
-    for arm in ARMS[1:]:
+    for arm in arms[1:]:
         added = [a - b for a, b in zip(times[arm], times["lpm"], strict=True)]
         q = statistics.quantiles(added, n=4)
         row[f"{arm}_minus_lpm_ms"] = round(statistics.median(added), 4)
@@ -98,11 +107,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000,10000")
     ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--arms", default=",".join(ARMS), help="lpm first: the reference")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
+    arms = tuple(args.arms.split(","))
     if args.rounds < 4 or min(sizes) <= 17:
         ap.error("--rounds must be >= 4 and every size > 17")
+    if arms[0] != "lpm" or not set(arms) <= set(ARMS):
+        ap.error(f"--arms must start with lpm and name only {', '.join(ARMS)}; got {args.arms}")
     s = H.Setup(0)
     os.environ["FEATHER_POLICY"] = "grouped"  # the plugin registers its hooks when on
     from sglang.srt.plugins import load_plugins
@@ -110,7 +123,7 @@ def main() -> int:
     load_plugins()
     rows = []
     for n in sizes:
-        rows.append(measure(s, n, args.rounds))
+        rows.append(measure(s, n, args.rounds, arms))
         print(rows[-1], flush=True)
     if args.json:
         write_record(

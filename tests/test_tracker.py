@@ -187,3 +187,41 @@ def test_engine_model_spec_matches_its_model_profile(name: str) -> None:
     )
     assert spec.dtype == "float32"
     assert m.max_context_tokens == spec.max_position_embeddings
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    tokens=st.lists(st.integers(0, 2**31 - 1), max_size=200),
+    max_tokens=st.one_of(st.none(), st.integers(0, 5000)),
+    arrival=st.one_of(st.none(), st.floats(0, 2e9)),
+    engine=st.sampled_from(["vllm", "sglang"]),
+)
+def test_request_view_is_the_eager_request(tokens, max_tokens, arrival, engine) -> None:
+    """The tracker's `RequestView` (every engine host's `SchedulerView.request`) equals the
+    `Request` built eagerly from the same fields, for vLLM's and SGLang's request shapes;
+    the prompt is copied only when read."""
+    from array import array
+
+    from feather_sched.harness.sglang_loop import StandInReq
+    from feather_sched.host.tracker import RequestView
+    from feather_sched.integrations.sglang_queue import SGLANG_FIELDS
+    from feather_sched.request import Request
+
+    if engine == "vllm":
+        r = FakeRequest("r", tokens, max_tokens, arrival)  # type: ignore[arg-type]
+        tracker = RequestTracker(BLOCK)
+    else:
+        params = StandInReq(max_new_tokens=max_tokens)
+        r = StandInReq(rid="r", origin_input_ids=array("q", tokens), sampling_params=params)
+        tracker = RequestTracker(1, 64, SGLANG_FIELDS)
+    tracker.waiting(r, now=5.0)
+    seen = 5.0 if arrival is None or engine == "sglang" else arrival  # SGLang: first seen
+    eager = Request("r", np.asarray(tokens, dtype=np.int64), max(1, max_tokens or 1), seen)
+    eager.meta = {"firm_output": False}
+    view = tracker.request("r")
+    assert isinstance(view, RequestView) and view is tracker.request("r")
+    for name in ("request_id", "prompt_len", "output_len", "arrival_time", "group", "meta"):
+        assert getattr(view, name) == getattr(eager, name), name
+    assert view._prompt is None  # the lengths copied nothing
+    assert view.prompt.dtype == np.int32 and np.array_equal(view.prompt, eager.prompt)
+    assert view.prompt is view.prompt  # copied once

@@ -1,5 +1,6 @@
-"""`VllmRequestView` (the vLLM adapter's `SchedulerView.request`) is the `Request` the tracker
-would build from the same vLLM request, field for field, its prompt copied only when read."""
+"""The tracker's `RequestView` over a live vLLM request (the vLLM adapter's
+`SchedulerView.request`) is the `Request` built eagerly from the same request, field for
+field, its prompt copied only when read."""
 
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ require("vllm", "vllm", "needs the real vLLM engine: pip install -e '.[vllm]' (s
 from vllm import SamplingParams  # noqa: E402
 from vllm.v1.request import Request as VllmRequest  # noqa: E402
 
-from feather_sched.host.tracker import RequestTracker  # noqa: E402
-from feather_sched.integrations.vllm_admission import VllmRequestView  # noqa: E402
+from feather_sched.host.tracker import RequestTracker, RequestView  # noqa: E402
 from feather_sched.request import Request  # noqa: E402
 
 
@@ -29,14 +29,14 @@ from feather_sched.request import Request  # noqa: E402
     ignore_eos=st.booleans(),
     arrival=st.floats(0, 2e9),
 )
-def test_same_request_as_the_tracker_builds(tokens, max_tokens, ignore_eos, arrival) -> None:
+def test_same_request_as_built_eagerly(tokens, max_tokens, ignore_eos, arrival) -> None:
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)
     vreq = VllmRequest("r", tokens, params, None, arrival_time=arrival)
     tracker = RequestTracker(block_size=16)
     tracker.waiting(vreq, now=arrival + 1.0)
-    eager = tracker.request("r")
-    view = VllmRequestView(vreq)
-    assert isinstance(view, Request)
+    eager = Request("r", np.asarray(tokens), max_tokens, arrival, meta={"firm_output": ignore_eos})
+    view = tracker.request("r")
+    assert isinstance(view, RequestView) and view is tracker.request("r")
     assert view._prompt is None  # nothing copied yet
     for field in ("request_id", "prompt_len", "output_len", "arrival_time", "group", "meta"):
         assert getattr(view, field) == getattr(eager, field), field

@@ -109,18 +109,56 @@ class RequestFields:
     """Whether `max_tokens` is the output length (it ignores end-of-sequence), not a bound."""
     request: Callable[[Any], Request] | None = None
     """The host's request as feather's `Request`, where it already holds one (the simulator);
-    None: built from the fields above on first use."""
+    None: a `RequestView` over the engine's request, made on first use."""
+    prompt_len: Callable[[Any], int] | None = None
+    """The prompt's length, where the engine keeps it (None: `len` of `prompt`)."""
 
 
 VLLM_FIELDS = RequestFields(
     request_id=attrgetter("request_id"),
     prompt=_vllm_prompt,
+    prompt_len=attrgetter("num_prompt_tokens"),
     max_tokens=lambda r: getattr(r, "max_tokens", None),
     arrival_time=lambda r: getattr(r, "arrival_time", None),
     block_hashes=lambda r: getattr(r, "block_hashes", None) or (),
     firm_output=lambda r: bool(getattr(getattr(r, "sampling_params", None), "ignore_eos", False)),
 )
 """vLLM V1's `Request` (vllm/v1/request.py)."""
+
+
+class RequestView(Request):
+    """feather's `Request` over an engine's request, for the policies: the lengths and the
+    output bound at once, the prompt's token ids copied into an int32 array only when a
+    policy reads `prompt`. Most read only lengths (the KV gate and the cost prior read
+    `prompt_len` once a candidate, the grouping judge `output_len` once a request it walks):
+    copying a 2,000-token prompt costs ~40 us from vLLM's list, more than the rest of an
+    admission. The engine has checked the prompt already, so `Request`'s own checks are not
+    repeated."""
+
+    def __init__(self, engine_request: Any, fields: RequestFields, arrived: float) -> None:
+        # Request.__init__ would copy the prompt
+        self.request_id = fields.request_id(engine_request)
+        self.output_len = max(1, int(fields.max_tokens(engine_request) or 1))
+        self.arrival_time = max(0.0, float(arrived))
+        self.group = None
+        self.meta = {"firm_output": fields.firm_output(engine_request)}
+        self._engine_request = engine_request
+        self._fields = fields
+        self._prompt: np.ndarray | None = None
+
+    @property  # type: ignore[override]
+    def prompt(self) -> np.ndarray:
+        if self._prompt is None:
+            tokens = self._fields.prompt(self._engine_request)
+            self._prompt = np.asarray(tokens, dtype=np.int32)
+        return self._prompt
+
+    @property
+    def prompt_len(self) -> int:
+        length = self._fields.prompt_len
+        if length is None:
+            return len(self._fields.prompt(self._engine_request))
+        return int(length(self._engine_request))
 
 
 @dataclass(slots=True)
@@ -259,19 +297,13 @@ class RequestTracker:
         return meta.block_digests
 
     def request(self, request_id: str) -> Request:
-        """The request as feather's `Request` (built once, on first use: it copies the prompt)."""
+        """The request as feather's `Request`: the host's own (`RequestFields.request`), or a
+        `RequestView` over the engine's; made once, on first use."""
         meta = self._meta[request_id]
-        if meta.request is None and self.fields.request is not None:
-            meta.request = self.fields.request(meta.engine_request)
-        elif meta.request is None:
+        if meta.request is None:
             r, fields = meta.engine_request, self.fields
-            meta.request = Request(
-                request_id=request_id,
-                prompt=np.asarray(fields.prompt(r), dtype=np.int32),
-                output_len=max(1, int(fields.max_tokens(r) or 1)),
-                arrival_time=max(0.0, float(meta.arrived)),
-                meta={"firm_output": fields.firm_output(r)},
-            )
+            made = fields.request
+            meta.request = made(r) if made is not None else RequestView(r, fields, meta.arrived)
         return meta.request
 
     # ------------------------------------------------------------------ internals

@@ -73,7 +73,16 @@ def _max_new_tokens(req: Any) -> int | None:
     return getattr(getattr(req, "sampling_params", None), "max_new_tokens", None)
 
 
-SGLANG_FIELDS = RequestFields(request_id=_rid, prompt=prompt_tokens, max_tokens=_max_new_tokens)
+def _prompt_len(req: Any) -> int:
+    return len(req.origin_input_ids)
+
+
+SGLANG_FIELDS = RequestFields(
+    request_id=_rid,
+    prompt=prompt_tokens,
+    max_tokens=_max_new_tokens,
+    prompt_len=_prompt_len,
+)
 """SGLang's `Req` (srt/managers/schedule_batch.py): `rid`, `origin_input_ids`, the sampling
 params' `max_new_tokens`; no block hashes (the prompt is hashed once, when first seen)."""
 

@@ -31,13 +31,12 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
 from vllm.v1.core.sched.request_queue import FCFSRequestQueue, RequestQueue
 from vllm.v1.request import Request as VllmRequest
 from vllm.v1.request import RequestStatus
 
 from feather_sched.host.admission import AdmissionPass, Hosted, PolicyHost
-from feather_sched.host.tracker import VLLM_FIELDS, RequestTracker
+from feather_sched.host.tracker import RequestTracker
 from feather_sched.index.cht import ChunkedHashTree
 from feather_sched.integrations.vllm_queue import OrderedRequestQueue
 from feather_sched.policies.base import Policy
@@ -64,7 +63,6 @@ class AdmissionController(Hosted):
         self._stop_after_current = False
         self._stopped = False
         self._pending: list[VllmRequest] = []
-        self._requests: dict[str, Request] = {}
         self.preemptions = 0
         """Requests vLLM preempted back into the waiting queue (the KV gate reads it)."""
         self.admission_hits: dict[str, int] = {}
@@ -115,16 +113,11 @@ class AdmissionController(Hosted):
     def on_finished(self, request_id: str) -> None:
         self._settle()
         self.index.forget(request_id)
-        self._requests.pop(request_id, None)
 
     def request(self, request_id: str) -> Request:
-        """The request as feather's `Request` for the policy (`SchedulerView.request`), made
-        once per request, its prompt array only if a policy reads it (`VllmRequestView`)."""
-        req = self._requests.get(request_id)
-        if req is None:
-            engine_request = self.index.engine_request(request_id)
-            req = self._requests[request_id] = VllmRequestView(engine_request)
-        return req
+        """The request as feather's `Request` for the policy (`SchedulerView.request`): the
+        tracker's `RequestView`, made once per request, its prompt copied only if read."""
+        return self.index.request(request_id)
 
     def has_next(self) -> bool:
         """`bool(waiting)` inside the admission loop: is there a candidate to ADD?"""
@@ -280,34 +273,6 @@ class FeatherRequestQueue(RequestQueue):
 
     def __iter__(self) -> Iterator[VllmRequest]:
         return iter(self.inner)
-
-
-class VllmRequestView(Request):
-    """feather's `Request` over a vLLM request, for the policies: the lengths and the output
-    bound at once, the prompt's token ids copied into an int32 array only when a policy reads
-    `prompt`. Most read only `prompt_len` (the KV gate, the cost prior), once per candidate:
-    copying a 2,000-token prompt list costs ~40 us, more than the rest of an admission.
-    vLLM has checked the prompt already, so `Request`'s own checks are not repeated."""
-
-    def __init__(self, engine_request: VllmRequest) -> None:  # Request.__init__ would copy
-        self.request_id = engine_request.request_id
-        self.output_len = max(1, int(VLLM_FIELDS.max_tokens(engine_request) or 1))
-        self.arrival_time = max(0.0, float(engine_request.arrival_time))
-        self.group = None
-        self.meta = {"firm_output": VLLM_FIELDS.firm_output(engine_request)}
-        self._engine_request = engine_request
-        self._prompt: np.ndarray | None = None
-
-    @property  # type: ignore[override]
-    def prompt(self) -> np.ndarray:
-        if self._prompt is None:
-            tokens = VLLM_FIELDS.prompt(self._engine_request)
-            self._prompt = np.asarray(tokens, dtype=np.int32)
-        return self._prompt
-
-    @property
-    def prompt_len(self) -> int:
-        return int(self._engine_request.num_prompt_tokens)
 
 
 class VllmSchedulerView:
