@@ -22,7 +22,7 @@ admitted). Process CPU a formation; each arm's figure is the median over rounds 
 lpm) within the round.
 
 Usage: python benchmarks/sglang_formation_ab.py [--sizes 1000,10000] [--rounds 100]
-           [--arms lpm,lpm-unlevelled,...] [--json OUT]
+           [--arms lpm,lpm-unlevelled,...] [--refresh] [--json OUT]
 (in an environment with the `sglang` extra). Records before the `lpm-unlevelled` arm
 (benchmarks/sglang-formation-ab.json) have an `lpm` arm without the setup: this one's
 `lpm-unlevelled`.
@@ -58,48 +58,76 @@ def grouped_list(reqs: list) -> list:
     return sorted(reqs, key=lambda r: first[tuple(r.origin_input_ids[:64])])
 
 
-def formation_ms(s: H.Setup, reqs: list, arm: str) -> tuple[float, int]:
+def formation_ms(
+    s: H.Setup, reqs: list, arm: str, refresh: bool = False
+) -> tuple[float, int, float]:
     """Process CPU of one batch formation of `arm` on a fresh radix tree (`reqs` already in
-    the arm's list order), and how many it admitted."""
+    the arm's list order), how many it admitted, and the CPU of SGLang's LRU refresh of the
+    first 128 waiting prefixes inside it (`_touch_waiting_prefixes`, one walk of the radix
+    tree each: cheaper where those 128 share few prefixes, as a grouped list's do; 0 unless
+    `refresh`: the bench's formation is a pass without it, `sglang_pass.common_pass`)."""
     from feather_sched.integrations import list_snapshot, sglang_queue
 
     tree, alloc = s.tree()
     name = "lpm" if arm.startswith("lpm") else "feather"
     if arm == "lpm-unlevelled":
         policy, queue = s.policy("lpm", tree), list(reqs)
-    else:
-        policy, queue = H._formation_policy(s, name, tree, reqs)  # as `feather sglang-bench`
+        policy = policy if refresh else H.common_pass(policy)
+    else:  # as `feather sglang-bench`
+        policy, queue = H._formation_policy(s, name, tree, reqs, refresh)
     mover: Callable = memmove if arm == "feather-memmove" else list_snapshot.move
     sglang_queue.move = mover
+    cls = s.sp.SchedulePolicy
+    touch, touched = cls._touch_waiting_prefixes, [0.0]
+
+    def timed_touch(*args, **kwargs):
+        t = time.process_time()
+        try:
+            return touch(*args, **kwargs)
+        finally:
+            touched[0] += time.process_time() - t
+
+    cls._touch_waiting_prefixes = timed_touch
     try:
         gc.collect()
         t0 = time.process_time()
         admitted = s.batch_formation(policy, tree, alloc, queue)
-        return (time.process_time() - t0) * 1e3, admitted
+        return (time.process_time() - t0) * 1e3, admitted, touched[0] * 1e3
     finally:
         sglang_queue.move = list_snapshot.move
+        cls._touch_waiting_prefixes = touch
 
 
-def measure(s: H.Setup, n: int, rounds: int, arms: tuple[str, ...] = ARMS) -> dict:
+def measure(
+    s: H.Setup, n: int, rounds: int, arms: tuple[str, ...] = ARMS, refresh: bool = False
+) -> dict:
     reqs = s.requests(n, f"n{n}-")
     lists = {arm: grouped_list(reqs) if arm == "lpm-grouped-list" else reqs for arm in arms}
     times: dict[str, list[float]] = {a: [] for a in arms}
+    touches: dict[str, list[float]] = {a: [] for a in arms}
     admitted: dict[str, set[int]] = {a: set() for a in arms}
     for k in range(rounds):
         k %= len(arms)
         for arm in arms[k:] + arms[:k]:
-            ms, took = formation_ms(s, lists[arm], arm)
+            ms, took, touch = formation_ms(s, lists[arm], arm, refresh)
             times[arm].append(ms)
+            touches[arm].append(touch)
             admitted[arm].add(took)
     row: dict = {"n_waiting": n, "rounds": rounds}
     for arm in arms:
         row[f"{arm}_formation_ms"] = round(statistics.median(times[arm]), 4)
+        row[f"{arm}_touch_ms"] = round(statistics.median(touches[arm]), 4)
         row[f"{arm}_admitted"] = sorted(admitted[arm])
     for arm in arms[1:]:
         added = [a - b for a, b in zip(times[arm], times["lpm"], strict=True)]
         q = statistics.quantiles(added, n=4)
         row[f"{arm}_minus_lpm_ms"] = round(statistics.median(added), 4)
         row[f"{arm}_minus_lpm_q1_q3_ms"] = [round(q[0], 4), round(q[2], 4)]
+        rest = [
+            (a - ta) - (b - tb)
+            for a, ta, b, tb in zip(times[arm], touches[arm], times["lpm"], touches["lpm"])
+        ]
+        row[f"{arm}_minus_lpm_without_touch_ms"] = round(statistics.median(rest), 4)
     return row
 
 
@@ -108,6 +136,12 @@ def main() -> int:
     ap.add_argument("--sizes", default="1000,10000")
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--arms", default=",".join(ARMS), help="lpm first: the reference")
+    ap.add_argument(
+        "--refresh",
+        action="store_true",
+        help="formations on SGLang's every-32nd pass, with its LRU refresh (before this "
+        "option every formation was one)",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -123,7 +157,7 @@ def main() -> int:
     load_plugins()
     rows = []
     for n in sizes:
-        rows.append(measure(s, n, args.rounds, arms))
+        rows.append(measure(s, n, args.rounds, arms, args.refresh))
         print(rows[-1], flush=True)
     if args.json:
         write_record(

@@ -25,8 +25,9 @@ process CPU time, and so is Feather's ordering pass (`HostStats.ordering_s` with
   `calc_priority` alone (mean of `--passes` calls).
 - The whole batch formation (calc_priority + SGLang's PrefillAdder loop, which stops when
   max_prefill_tokens=16384 is spent) for lpm as shipped and for Feather: `--formations`
-  interleaved pairs per repeat, Feather untimed as in a server; Feather's
-  added CPU (`feather_added_ms`) is the median of the pairs' differences.
+  interleaved pairs per repeat, Feather untimed as in a server, each a pass without SGLang's
+  every-32nd LRU refresh (`common_pass`); Feather's added CPU (`feather_added_ms`) is the
+  median of the pairs' differences.
 """
 
 from __future__ import annotations
@@ -259,26 +260,41 @@ def _measure_formations(s: Setup, reqs, pairs: int, add: Callable[[str, float], 
         add("feather_added_ms", times["feather"] - times["lpm"])
 
 
-def _formation_policy(s: Setup, name: str, tree, reqs) -> tuple[Any, list]:
+def _formation_policy(s: Setup, name: str, tree, reqs, refresh: bool = False) -> tuple[Any, list]:
     """lpm as shipped, or Feather with its CHT holding the queue and its adder class built
-    (as a server has them by its second batch).
+    (as a server has them by its second batch), each about to run a pass without SGLang's
+    LRU refresh (`common_pass`) unless `refresh`.
 
     Both arms do the same untimed work first: Feather's CHT is filled from the queue (every
     prompt hashed), and lpm's arm fills one it then drops. That work sweeps the CPU caches,
     so done for Feather's arm alone it would leave only Feather's formation running on
-    colder caches: measured, lpm's formation costs 0.05 ms more after it (1,000 waiting,
-    90 interleaved rounds, benchmarks/sglang-pass.md)."""
+    colder caches: measured, lpm's formation costs 0.07 ms more after it at 1,000 waiting
+    and 0.16 ms at 10,000 (benchmarks/sglang-formation-ab-levelled.json)."""
     from feather_sched.integrations.sglang import queue_for
 
     queue = list(reqs)
     if name == "lpm":
         feather = s.policy("fcfs", tree, feather=True)
         queue_for(feather).sync(list(reqs), [])  # the same untimed work, then dropped
-        return s.policy("lpm", tree), queue
-    policy = s.policy("fcfs", tree, feather=True)
-    queue_for(policy).sync(queue, [])
-    _warm_adder_class(policy)
-    return policy, queue
+        policy = s.policy("lpm", tree)
+    else:
+        policy = s.policy("fcfs", tree, feather=True)
+        queue_for(policy).sync(queue, [])
+        _warm_adder_class(policy)
+    return (policy if refresh else common_pass(policy)), queue
+
+
+def common_pass(policy: Any) -> Any:
+    """`policy` (a fresh SchedulePolicy) set to run a pass as 31 in 32 of a server's are:
+    without the LRU refresh of the first 128 waiting prefixes, which SGLang's fcfs-family
+    passes run every 32nd call (`_touch_waiting_prefixes`, WAITING_PREFIX_REFRESH_INTERVAL)
+    and Feather's as well. A fresh policy's first pass refreshes: 1.7 ms of a 2.8 ms
+    formation at 1,000 waiting (benchmarks/sglang-formation-ab-touch.json), which put
+    ~0.1 ms a request on SGLang's adder where the CPU model divides the formation by the
+    admitted. Its amortized cost is in `calc_priority`'s mean over `--passes` calls."""
+    if hasattr(policy, "_waiting_prefix_refresh_calls"):
+        policy._waiting_prefix_refresh_calls = 1
+    return policy
 
 
 def _measure_feather(s: Setup, reqs, n: int, passes: int, add) -> None:
