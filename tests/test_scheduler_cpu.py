@@ -15,6 +15,7 @@ from feather_sched.cost import StepCostModel
 from feather_sched.cost.scheduler_cpu import (
     CpuRow,
     build,
+    fit_error,
     fit_line,
     load_scheduler_cpu,
 )
@@ -53,23 +54,27 @@ def test_the_packaged_points_are_the_records() -> None:
     [("dfs-weight", "dfs-weight_calc_priority_ms"), ("fcfs", "fcfs_calc_priority_ms")],
 )
 def test_measured_rows_are_the_lines_through_their_record(family: str, field: str) -> None:
-    b, m = _line(field)
+    b, m = fit_line(_series(field))
     row = MODEL.rows[family]
     assert row.provenance == "measured" and field in row.note
-    if m >= 0:  # dfs-weight: both coefficients positive, the line passes through both points
-        assert row.per_pass_s == pytest.approx(b) and row.per_waiting_s == pytest.approx(m)
-    else:  # fcfs's pass shrinks with the queue by noise: clamped flat at the points' mean
-        mean = sum(_series(field).values()) / len(RECORD) * 1e-3
-        assert row.per_waiting_s == 0 and row.per_pass_s == pytest.approx(mean)
+    assert row.per_pass_s == pytest.approx(b * 1e-3) and row.per_waiting_s == pytest.approx(
+        m * 1e-3
+    )
+    exact = _line(field)
+    if min(exact) >= 0:  # nothing to clamp: the line passes through both points
+        assert (row.per_pass_s, row.per_waiting_s) == pytest.approx(exact)
+    else:  # a negative fixed cost or slope is noise, clamped to 0; the note says how far off
+        assert min(row.per_pass_s, row.per_waiting_s) == 0
+        assert f"fit error {fit_error(_series(field), b, m):.1%}" in row.note
 
 
 def test_lpm_matches_up_to_128_waiting_then_prices_sglangs_fallback() -> None:
     lpm = MODEL.rows["lpm"]
-    intercept, slope = _line("lpm_matching_calc_priority_ms")
-    assert lpm.per_waiting_s == pytest.approx(slope)
-    shipped = sum(_series("lpm_calc_priority_ms").values()) / len(RECORD) * 1e-3
-    assert lpm.pass_s(129, 0) == pytest.approx(shipped, rel=0.05)
-    assert lpm.pass_s(128, 0) == pytest.approx(max(intercept, 0.0) + 128 * slope)
+    intercept, slope = fit_line(_series("lpm_matching_calc_priority_ms"))
+    assert lpm.per_waiting_s == pytest.approx(slope * 1e-3)
+    assert lpm.pass_s(128, 0) == pytest.approx((intercept + 128 * slope) * 1e-3)
+    fb, fm = fit_line(_series("lpm_calc_priority_ms"))  # SGLang's fallback to fcfs
+    assert lpm.pass_s(129, 0) == pytest.approx((fb + 129 * fm) * 1e-3)
     assert MODEL.rows["dfs-weight"].pass_s(10_000, 0) > 100 * lpm.pass_s(10_000, 0)
 
 
