@@ -273,13 +273,11 @@ def _formation_policy(s: Setup, name: str, tree, reqs, refresh: bool = False) ->
     from feather_sched.integrations.sglang import queue_for
 
     queue = list(reqs)
+    policy = s.policy("fcfs", tree, feather=True)
+    queue_for(policy).sync(queue, [])  # both arms (sync only reads SGLang's list)
     if name == "lpm":
-        feather = s.policy("fcfs", tree, feather=True)
-        queue_for(feather).sync(list(reqs), [])  # the same untimed work, then dropped
-        policy = s.policy("lpm", tree)
+        policy = s.policy("lpm", tree)  # Feather's CHT dropped with its policy
     else:
-        policy = s.policy("fcfs", tree, feather=True)
-        queue_for(policy).sync(queue, [])
         _warm_adder_class(policy)
     return (policy if refresh else common_pass(policy)), queue
 
