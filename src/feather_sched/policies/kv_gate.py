@@ -43,8 +43,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-import numpy as np
-
 from feather_sched.policies.base import SchedulerView
 
 CLIP_TOKENS = 4096
@@ -228,13 +226,26 @@ class KvGate:
         any future step: `max(low, high + p)`. With requests sorted by tokens left, just
         before the k-th finishes the first k still run: they hold their prefills and have
         grown by at most ceil(left_k / block) blocks each. The candidate's place in that
-        order does not depend on `p`, so the steps before it (`low`) do not count it and
-        every step from it on (`high`, here with no prefill) holds all of it. Only computed
-        when the cheap bound (everything held to the end) does not fit."""
-        left = np.array([*self._remaining, remaining])
-        prefills = np.array([*self._prefill, 0])
-        order = np.argsort(-left, kind="stable")
-        steps = np.cumsum(prefills[order]) + np.arange(1, len(left) + 1) * -(-left[order] // bs)
-        at = int(np.flatnonzero(order == len(left) - 1)[0])  # the candidate's place
-        low = int(steps[:at].max()) if at else -1
-        return low, int(steps[at:].max())
+        order does not depend on `p` (after every request with as many tokens left or more),
+        so the steps before it (`low`) do not count it and every step from it on (`high`,
+        here with no prefill) holds all of it. Only computed when the cheap bound
+        (everything held to the end) does not fit. Plain Python: a few dozen running
+        requests, where numpy's per-call cost was most of the time."""
+        left, prefills = self._remaining, self._prefill
+        held = k = 0
+        low, high = -1, None
+        for i in sorted(range(len(left)), key=left.__getitem__, reverse=True):
+            tokens = left[i]
+            if high is None and tokens < remaining:  # the candidate's place
+                k += 1
+                high = held + k * -(-remaining // bs)
+            held += prefills[i]
+            k += 1
+            steps = held + k * -(-tokens // bs)
+            if high is None:
+                low = max(low, steps)
+            else:
+                high = max(high, steps)
+        if high is None:  # it has the fewest tokens left: it runs last
+            high = held + (k + 1) * -(-remaining // bs)
+        return low, high
