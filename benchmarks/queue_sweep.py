@@ -103,7 +103,12 @@ def plot(rows: list[dict], path: str) -> None:
 
 
 def _args_text(args: argparse.Namespace) -> list[str]:
-    return [f"--{k} {v}" for k, v in vars(args).items()]
+    """The command line that repeats this run (a flag as itself, only when set)."""
+    return [
+        f"--{k}" if v is True else f"--{k} {v}"
+        for k, v in vars(args).items()
+        if v is not False and v is not None
+    ]
 
 
 def main() -> None:

@@ -43,10 +43,24 @@ def _line(field: str) -> tuple[float, float]:
     return (y1 - slope * x1) * 1e-3, slope * 1e-3
 
 
+FEATHER = json.loads(POINTS_FILE.read_text())["feather_policy"]
+FEATHER_RECORD = json.loads((ROOT / FEATHER["record"]).read_text())
+
+
 def test_the_packaged_points_are_the_records() -> None:
     points = json.loads(POINTS_FILE.read_text())["points"]
     for field, by_size in points.items():
         assert {int(n): v for n, v in by_size.items()} == _series(field), field
+    # the feather policy's section: its own record, beside the running batch it names
+    assert FEATHER_RECORD["feather_policy"] == "feather"
+    assert (FEATHER_RECORD["running"], FEATHER_RECORD["max_running"]) == (
+        FEATHER["running"],
+        FEATHER["max_running"],
+    )
+    assert FEATHER_RECORD["feather_policy_options"] == FEATHER["policy_options"]
+    for field, by_size in FEATHER["points"].items():
+        own = {r["n_waiting"]: r[field] for r in FEATHER_RECORD["results"]}
+        assert {int(n): v for n, v in by_size.items()} == own, field
 
 
 @pytest.mark.parametrize(
@@ -91,7 +105,25 @@ def test_admission_and_feather_rows_come_from_the_formation_records() -> None:
         # exact but for the adder's cost, one mean over both sizes, not this size's own
         off_by = abs(own - mean) * r["feather_admitted"]
         assert abs(formation - r["feather_batch_formation_ms"]) <= off_by + 1e-9
-    assert MODEL.rows["feather"].provenance == "estimate"
+
+
+def test_the_feather_row_is_its_own_formation_less_sglangs_adder() -> None:
+    """feather's pass: its formation beside a running batch less SGLang's adder work for what
+    it admitted, at that record's adder cost; the authors' policies borrow it (estimates)."""
+    feather = MODEL.rows["feather"]
+    assert feather.provenance == "measured" and FEATHER["record"] in feather.note
+    own = {}
+    for r in FEATHER_RECORD["results"]:
+        adder = (r["lpm_batch_formation_ms"] - r["lpm_calc_priority_ms"]) / r["lpm_admitted"]
+        own[r["n_waiting"]] = r["feather_batch_formation_ms"] - adder * r["feather_admitted"]
+    b, m = fit_line(own)
+    assert (feather.per_pass_s, feather.per_waiting_s) == pytest.approx((b * 1e-3, m * 1e-3))
+    assert f"fit error {fit_error(own, b, m):.1%}" in feather.note
+    assert feather.per_admission_s == MODEL.rows["feather-host"].per_admission_s
+    for name in ("feather-paper", "feather-upstream", "feather-ppo"):
+        row = MODEL.for_policy(name)
+        assert row.provenance == "estimate" and row.per_pass_s == feather.per_pass_s
+    assert MODEL.for_policy("feather-hold") is feather
 
 
 def test_a_different_record_gives_different_coefficients() -> None:

@@ -492,3 +492,43 @@ def test_sglang_bench_runs(sg, tmp_path, monkeypatch):
     assert row["feather_admitted"] > 0 and row["lpm_admitted"] > 0
     # the added CPU is the median of the pairs' differences, not of the medians
     assert row["feather_added_ms_min"] <= row["feather_added_ms"]
+
+
+def test_sglang_bench_beside_a_running_batch(sg, tmp_path, monkeypatch, capsys):
+    """`--running R --policy feather`: both arms form their batch beside R running requests
+    (Feather's CHT holds them as running), the record says so; a bad value exits 2 first."""
+    from feather_sched.harness.sglang_pass import main
+
+    monkeypatch.setenv("FEATHER_POLICY", "grouped")
+    for bad, named in (
+        (["--policy", "no-such-policy"], "no-such-policy"),
+        (["--running", "8", "--max-running", "8"], "--running"),
+        (["--running", "-1"], "--running"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(["--sizes", "16", *bad])
+        assert exit_.value.code == 2 and named in capsys.readouterr().err
+    out = tmp_path / "pass.json"
+    args = ["--sizes", "16", "--repeats", "1", "--passes", "1", "--formations", "2"]
+    run = ["--running", "8", "--max-running", "32", "--policy", "feather"]
+    assert main([*args, *run, "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert (record["running"], record["max_running"], record["feather_policy"]) == (
+        8,
+        32,
+        "feather",
+    )
+    row = record["results"][0]
+    assert row["lpm_admitted"] > 0 and row["feather_batch_formation_ms"] > 0
+    # the running batch reaches Feather's CHT as running
+    from feather_sched.harness import sglang_pass as H
+    from feather_sched.integrations.sglang import queue_for
+
+    s = H.Setup(0)
+    s.max_running, s.feather_policy = 32, "feather"
+    reqs, running = s.requests(16, "w"), s.requests(8, "r")
+    tree, alloc = s.tree()
+    policy, queue = H._formation_policy(s, "feather", tree, reqs, running=running)
+    cht = queue_for(policy).book.cht
+    assert (cht.num_running, cht.num_waiting) == (8, 16)
+    assert s.batch_formation(policy, tree, alloc, queue, running) > 0

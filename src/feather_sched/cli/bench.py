@@ -317,7 +317,8 @@ def feather_prior_options(hardware: str | None, model: str | None) -> dict:
 def sglang_bench_cmd(ctx: typer.Context) -> None:
     """CPU cost of one scheduling pass in SGLang's own classes (needs the 'sglang' extra):
     lpm / dfs-weight vs Feather. Options: --sizes 128,1000,10000 --repeats 5 --passes 32
-    --seed 0 --json FILE (--help for the list)."""
+    --running 0 --max-running 1024 --policy NAME --seed 0 --json FILE (--help for the
+    list)."""
     if importlib.util.find_spec("sglang") is None:
         from feather_sched.harness.sglang_bench import SGLANG_INSTALL
 

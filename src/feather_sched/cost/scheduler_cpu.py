@@ -19,10 +19,13 @@ the 2-core dev VM, 1,000 and 10,000 waiting): fcfs's and lpm's `calc_priority` a
 (lpm falls back to fcfs above 128 waiting, `WAITING_QUEUE_PREFIX_MATCH_MAX`), lpm with its
 matching forced on, dfs-weight's, SGLang's batch formation with lpm as shipped (priority +
 the `PrefillAdder` loop, 17 admitted) and Feather's (grouped through Feather's SGLang host).
-Not measured: hrrn, lof, random, shortest-prefill-first, feather's bandit beyond the host
-pass, vLLM's `schedule()`. A line through two sizes is exact at both; where its intercept or
-slope comes out negative (a fixed cost below the noise) it is clamped to 0, and `fit_error`
-says how far the clamped line is from the points.
+The feather policy's row comes from a second record (the points file's `feather_policy`
+section): its formations beside a running batch, its cost model on (the judge walks, the
+bandit is asked, as in a server). Not measured: hrrn, lof, random, shortest-prefill-first, the
+authors' policies and feather-ppo (they borrow feather's row), vLLM's `schedule()`. A line
+through two sizes is exact at both; where its intercept or slope comes out negative (a fixed
+cost below the noise) it is clamped to 0, and `fit_error` says how far the clamped line is
+from the points.
 """
 
 from __future__ import annotations
@@ -154,6 +157,7 @@ def _row(family: str, s: dict[str, dict[int, float]], key: str, admit: float, **
 
 
 _FEATHER_HOST = "feather-host"
+_FEATHER_OTHER = "feather-other"
 _POLICIES = {
     "fcfs": "fcfs",
     "lpm": "lpm",
@@ -165,16 +169,17 @@ _POLICIES = {
     "grouped": _FEATHER_HOST,
     "feather": "feather",
     "feather-hold": "feather",
-    "feather-paper": "feather",
-    "feather-upstream": "feather",
-    "feather-ppo": "feather",
+    "feather-paper": _FEATHER_OTHER,
+    "feather-upstream": _FEATHER_OTHER,
+    "feather-ppo": _FEATHER_OTHER,
     "max-homogeneous": "max-homogeneous",
 }
 """Policy -> family (the bench's oracle is grouped with a batch cap: the host's row)."""
 
 
-def _rows(s: dict[str, dict[int, float]]) -> dict[str, CpuRow]:
-    """Every family's row from the record's series (`_series`)."""
+def _rows(s: dict[str, dict[int, float]], feather: Mapping[str, Any] | None) -> dict[str, CpuRow]:
+    """Every family's row from the record's series (`_series`); the feather policy's from
+    its own record's section (`feather`, see `_feather_row`), where the points file has one."""
     admit = sum(s["adder_per_admission_ms"].values()) / len(s["adder_per_admission_ms"]) * 1e-3
     fcfs = _row("fcfs", s, "fcfs_calc_priority_ms", admit)
     shipped = _row("lpm-fallback", s, "lpm_calc_priority_ms", admit)
@@ -213,18 +218,62 @@ def _rows(s: dict[str, dict[int, float]]) -> dict[str, CpuRow]:
         ),
         "random": _estimate(fcfs, "random", "fcfs's pass: a shuffle without prefix matching"),
         _FEATHER_HOST: host,
-        "feather": _estimate(
-            host,
-            "feather",
-            "the Feather host's pass (measured with grouped); "
-            "the bandit's own decision work on top is not in the record",
-        ),
+        **_feather_rows(host, feather, admit),
         "max-homogeneous": _estimate(
             host,
             "max-homogeneous",
             "the Feather host's pass: a reference policy on the CHT, not an engine's",
         ),
     }
+
+
+def _feather_rows(
+    host: CpuRow, section: Mapping[str, Any] | None, admit: float
+) -> dict[str, CpuRow]:
+    """The feather policy's row and its kin's: measured where the points file has the
+    policy's own section (`_measured_feather`), else the host's pass stands in (an
+    estimate). The authors' policies and feather-ppo run on the same host with their own
+    decisions, not measured: they borrow feather's row."""
+    if section is None:
+        feather = _estimate(
+            host,
+            "feather",
+            "the Feather host's pass (measured with grouped); "
+            "the bandit's own decision work on top is not in the record",
+        )
+    else:
+        feather = _measured_feather(host, section, admit)
+    other = _estimate(
+        feather,
+        _FEATHER_OTHER,
+        "feather's row: another policy's decisions on the same Feather host (not measured)",
+    )
+    return {"feather": feather, _FEATHER_OTHER: other}
+
+
+def _measured_feather(host: CpuRow, section: Mapping[str, Any], admit: float) -> CpuRow:
+    """feather's row from `feather sglang-bench --policy feather --running R`, whose
+    formations run beside a running batch (without one the grouping judge walks the whole
+    queue and the bandit is never asked: not a server's pass). Its pass is its formation less
+    SGLang's adder work for what it admitted, at that record's own adder cost per admission;
+    an admission and an arrival are priced as the host's."""
+    p = {k: {int(n): float(v) for n, v in by.items()} for k, by in section["points"].items()}
+    form, prio, admitted = (
+        p["lpm_batch_formation_ms"],
+        p["lpm_calc_priority_ms"],
+        p["lpm_admitted"],
+    )
+    adder = {n: (form[n] - prio[n]) / admitted[n] for n in form}
+    own = {
+        n: p["feather_batch_formation_ms"][n] - adder[n] * p["feather_admitted"][n] for n in form
+    }
+    where = (
+        f"{section['record']}: the feather policy beside a running batch of "
+        f"{section['running']} of {section['max_running']}"
+    )
+    series = {"feather_policy_pass_ms": own}
+    key = "feather_policy_pass_ms"
+    return _row("feather", series, key, admit, per_arrival_s=host.per_arrival_s, note=where)
 
 
 def _with(row: CpuRow, **changes: Any) -> CpuRow:
@@ -238,7 +287,8 @@ def _estimate(row: CpuRow, family: str, why: str) -> CpuRow:
 def build(data: Mapping[str, Any]) -> SchedulerCpuModel:
     """The model from a points file (`profiles/scheduler_cpu.json`'s format)."""
     s = _series(data["points"])
-    rows = _rows(s)
+    feather = data.get("feather_policy")
+    rows = _rows(s, feather)
     missing = sorted({f for f in _POLICIES.values() if f not in rows})
     if missing:
         raise ValueError(f"scheduler CPU families without a row: {', '.join(missing)}")
@@ -246,6 +296,8 @@ def build(data: Mapping[str, Any]) -> SchedulerCpuModel:
         f"fitted from {data['record']} ({data['command']}; SGLang {data['sglang']}, "
         f"{data['machine']}, {data['clock']})"
     )
+    if feather is not None:
+        provenance += f"; the feather policy's row from {feather['record']} ({feather['command']})"
     return SchedulerCpuModel(rows, dict(_POLICIES), data["record"], provenance)
 
 

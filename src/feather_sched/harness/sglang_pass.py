@@ -8,7 +8,12 @@ real classes. Run in the SGLang venv (see the 'sglang' extra in pyproject.toml):
 
 Workload: N waiting requests of 2,000 tokens, each one of 100 shared 1,500-token prefixes plus
 a private 500-token suffix (prefix drawn at random per request); SGLang's `RadixCache` holds
-the 100 prefixes; nothing runs yet. Per N, every figure is the median (and `_min`, the
+the 100 prefixes; nothing runs yet, or (`--running R`) a batch of R requests of the same shape
+runs beside every formation, in both arms' running batch and in Feather's CHT, under a limit
+of `--max-running` (SGLang's `max_running_requests`). A policy that weighs the running batch
+(`--policy feather`: its grouping judge walks the queue up to the batch's free slots, its
+bandit asks about new groups only beside a running batch) needs one to be measured as a
+server runs it. Per N, every figure is the median (and `_min`, the
 least-disturbed run: the cores are shared) over `--repeats` fresh runs. SGLang's figures are
 process CPU time, and so is Feather's ordering pass (`HostStats.ordering_s` with
 `time.process_time` as its clock; its ~70 clock reads per pass are included).
@@ -41,7 +46,7 @@ import statistics
 import sys
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +60,8 @@ PROMPT_LEN = 2000
 KV_TOKENS = 1_000_000
 MAX_PREFILL_TOKENS = 16384
 CHUNKED_PREFILL_SIZE = 8192
+MAX_RUNNING = 1024
+"""The default batch limit (`--max-running`)."""
 
 
 def prefix_pool(rng: random.Random) -> list[array]:
@@ -99,6 +106,9 @@ class Setup:
         self.InsertParams, self.MatchPrefixParams = InsertParams, MatchPrefixParams
         self.SamplingParams = SamplingParams
         self.feather_policy = os.environ.get("FEATHER_POLICY") or "grouped"
+        self.max_running = MAX_RUNNING
+        """The batch's request limit (SGLang's `max_running_requests`)."""
+        self._kept: Any = None
         self.rng = random.Random(seed)
         self.prefixes = prefix_pool(self.rng)
 
@@ -111,7 +121,18 @@ class Setup:
             tree.insert(self.InsertParams(key=key, value=alloc.alloc(len(p))))
         return tree, alloc
 
+    def keep_policy(self, queue: Any) -> None:
+        """One Feather policy for every formation, as a server keeps one for its life, so
+        its caches are warm (the grouping judge's locality ratios: ~0.1 ms to compute cold
+        on the h200 profile, then a dict read while the batch's shape holds; the prior's
+        plan gains); each formation still gets a fresh CHT."""
+        if self._kept is None or queue.policy.name != self._kept.name:
+            self._kept = queue.policy
+        else:
+            queue.policy = self._kept
+
     def requests(self, n: int, tag: str) -> list:
+        """`n` requests of the workload's shape, ids `tag` + their number."""
         return [
             self.Req(
                 f"{tag}{i}",
@@ -128,13 +149,15 @@ class Setup:
         os.environ["FEATHER_POLICY"] = self.feather_policy if feather else "off"
         return self.sp.SchedulePolicy(name, tree, False, False, False)
 
-    def batch_formation(self, policy, tree, alloc, queue: list) -> int:
-        """scheduler.py `_get_new_batch_prefill_raw`: calc_priority, then the adder loop."""
+    def batch_formation(self, policy, tree, alloc, queue: list, running: Sequence = ()) -> int:
+        """scheduler.py `_get_new_batch_prefill_raw`: calc_priority, then the adder loop,
+        beside a running batch of `running` (its requests' output reserves bind the adder,
+        and a policy that weighs the batch, as `feather`'s does, reads it)."""
         from sglang.srt.managers.scheduler import Scheduler
 
-        running = self.ScheduleBatch(reqs=[])
+        running = self.ScheduleBatch(reqs=list(running))
         policy.calc_priority(queue, running, processed_tokens=0)
-        host = _Host(policy)
+        host = _Host(policy, self.max_running)
         adder = Scheduler.get_prefill_adder_class(host)(
             1, tree, alloc, running, 0.5, MAX_PREFILL_TOKENS, CHUNKED_PREFILL_SIZE, 0, 0,
             max_running_requests=host.max_running_requests,
@@ -162,10 +185,9 @@ class Setup:
 class _Host:
     """What `Scheduler.get_prefill_adder_class` reads off the scheduler."""
 
-    max_running_requests = 1024
-
-    def __init__(self, policy: Any) -> None:
+    def __init__(self, policy: Any, max_running_requests: int) -> None:
         self.policy = policy
+        self.max_running_requests = max_running_requests
 
 
 def _cpu(fn, *args) -> float:
@@ -194,11 +216,14 @@ def _lpm_matching(s: Setup, policy, queue: list) -> None:
         s.sp.WAITING_QUEUE_PREFIX_MATCH_MAX = saved
 
 
-def measure(s: Setup, n: int, repeats: int, passes: int, formations: int = 10) -> dict:
+def measure(
+    s: Setup, n: int, repeats: int, passes: int, formations: int = 10, running: int = 0
+) -> dict:
     """`repeats` rounds of every measurement at `n` waiting (each with `formations` pairs of
-    batch formations); medians (and minima of times), and Feather's ordering pass against
-    SGLang's own priority passes."""
+    batch formations, beside a batch of `running` requests); medians (and minima of times),
+    and Feather's ordering pass against SGLang's own priority passes."""
     reqs = s.requests(n, f"n{n}-")
+    run = s.requests(running, f"n{n}-running-")
     rows: dict[str, list[float]] = {}
 
     def add(key: str, value: float) -> None:
@@ -206,8 +231,8 @@ def measure(s: Setup, n: int, repeats: int, passes: int, formations: int = 10) -
 
     for _ in range(repeats):
         _measure_sglang(s, reqs, passes, add)
-        _measure_feather(s, reqs, n, passes, add)
-        _measure_formations(s, reqs, formations, add)
+        _measure_feather(s, reqs, run, passes, add)
+        _measure_formations(s, reqs, run, formations, add)
         # the radix tree's own per-request costs (SGLang matches and inserts every request)
         tree, _ = s.tree()
         sample = reqs[: min(n, 500)]
@@ -241,7 +266,9 @@ def _measure_sglang(s: Setup, reqs, passes: int, add: Callable[[str, float], Non
     add("lpm_matching_calc_priority_ms", cpu * 1e3)
 
 
-def _measure_formations(s: Setup, reqs, pairs: int, add: Callable[[str, float], None]) -> None:
+def _measure_formations(
+    s: Setup, reqs, running: list, pairs: int, add: Callable[[str, float], None]
+) -> None:
     """`pairs` batch formations each of lpm as shipped and of Feather, interleaved (which goes
     first alternates), each on a fresh tree; Feather's added CPU is the median of the
     pairs' differences. Feather runs as it does in a server, untimed (its queue's `timer`
@@ -250,20 +277,22 @@ def _measure_formations(s: Setup, reqs, pairs: int, add: Callable[[str, float], 
         times: dict[str, float] = {}
         for name in ("feather", "lpm") if k % 2 else ("lpm", "feather"):
             tree, alloc = s.tree()
-            policy, queue = _formation_policy(s, name, tree, reqs)
+            policy, queue = _formation_policy(s, name, tree, reqs, running=running)
             gc.collect()
             t0 = time.process_time()
-            admitted = s.batch_formation(policy, tree, alloc, queue)
+            admitted = s.batch_formation(policy, tree, alloc, queue, running)
             times[name] = (time.process_time() - t0) * 1e3
             add(f"{name}_batch_formation_ms", times[name])
             add(f"{name}_admitted", admitted)
         add("feather_added_ms", times["feather"] - times["lpm"])
 
 
-def _formation_policy(s: Setup, name: str, tree, reqs, refresh: bool = False) -> tuple[Any, list]:
-    """lpm as shipped, or Feather with its CHT holding the queue and its adder class built
-    (as a server has them by its second batch), each about to run a pass without SGLang's
-    LRU refresh (`common_pass`) unless `refresh`.
+def _formation_policy(
+    s: Setup, name: str, tree, reqs, refresh: bool = False, running: Sequence = ()
+) -> tuple[Any, list]:
+    """lpm as shipped, or Feather with its CHT holding the queue and the running batch and its
+    adder class built (as a server has them by its second batch), each about to run a pass
+    without SGLang's LRU refresh (`common_pass`) unless `refresh`.
 
     Both arms do the same untimed work first: Feather's CHT is filled from the queue (every
     prompt hashed), and lpm's arm fills one it then drops. That work sweeps the CPU caches,
@@ -274,11 +303,12 @@ def _formation_policy(s: Setup, name: str, tree, reqs, refresh: bool = False) ->
 
     queue = list(reqs)
     policy = s.policy("fcfs", tree, feather=True)
-    queue_for(policy).sync(queue, [])  # both arms (sync only reads SGLang's list)
+    queue_for(policy).sync(queue, running)  # both arms (sync only reads SGLang's lists)
     if name == "lpm":
         policy = s.policy("lpm", tree)  # Feather's CHT dropped with its policy
     else:
-        _warm_adder_class(policy)
+        _warm_adder_class(s, policy)
+        s.keep_policy(queue_for(policy))
     return (policy if refresh else common_pass(policy)), queue
 
 
@@ -295,35 +325,45 @@ def common_pass(policy: Any) -> Any:
     return policy
 
 
-def _measure_feather(s: Setup, reqs, n: int, passes: int, add) -> None:
-    """Feather: the CHT filled as arrivals fill it, then one batch formation; and its
-    ordering pass alone."""
+def _measure_feather(s: Setup, reqs, running: list, passes: int, add) -> None:
+    """Feather: the CHT filled as arrivals fill it (the running batch's too), then one batch
+    formation; and its ordering pass alone."""
     from feather_sched.integrations.sglang import queue_for
 
     tree, alloc = s.tree()
     policy, queue = s.policy("fcfs", tree, feather=True), list(reqs)
     fq = queue_for(policy)
-    add("feather_hash_per_request_us", _cpu(fq.sync, queue, []) / n * 1e6)
-    _warm_adder_class(policy)
+    add("feather_hash_per_request_us", _cpu(fq.sync, queue, running) / len(reqs + running) * 1e6)
+    _warm_adder_class(s, policy)
+    s.keep_policy(fq)
     fq.timer = time.process_time  # CPU time, like the SGLang figures
     fq.stats.ordering_s = 0.0
-    s.batch_formation(policy, tree, alloc, queue)
+    s.batch_formation(policy, tree, alloc, queue, running)
     add("feather_ordering_pass_ms", fq.stats.ordering_s * 1e3)
     tree, _ = s.tree()
     policy, queue = s.policy("fcfs", tree, feather=True), list(reqs)
-    queue_for(policy).sync(queue, [])
+    queue_for(policy).sync(queue, running)
     add("feather_calc_priority_ms", _cpu(_passes, policy, queue, passes) / passes * 1e3)
 
 
-def _warm_adder_class(policy) -> None:
+def _warm_adder_class(s: Setup, policy) -> None:
     """Build Feather's adder subclass before the timed formation, as a server has long done
     by its second batch (`feather_adder_class` builds it once per queue)."""
     from sglang.srt.managers.scheduler import Scheduler
 
-    Scheduler.get_prefill_adder_class(_Host(policy))
+    Scheduler.get_prefill_adder_class(_Host(policy, s.max_running))
 
 
-def main(argv: list[str] | None = None) -> int:
+def _check_policy(ap: argparse.ArgumentParser, name: str | None) -> None:
+    """Exit 2 before any work on a policy name the registry does not know."""
+    from feather_sched.policies.registry import policy_names
+
+    if name is not None and name not in policy_names():
+        ap.error(f"--policy {name!r}: no such policy; valid: {', '.join(policy_names())}")
+
+
+def _arguments(argv: list[str] | None) -> tuple[argparse.Namespace, list[int]]:
+    """The command line, checked (exit 2 with the value and what is valid), and the sizes."""
     ap = argparse.ArgumentParser(prog="feather sglang-bench", description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="128,1000,10000", help="waiting-queue lengths")
     ap.add_argument("--repeats", type=int, default=5)
@@ -331,9 +371,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--formations", type=int, default=10, help="lpm/Feather formation pairs per repeat"
     )
+    ap.add_argument(
+        "--running",
+        type=int,
+        default=0,
+        help="requests in the running batch beside each formation (the workload's shape)",
+    )
+    ap.add_argument(
+        "--max-running",
+        type=int,
+        default=MAX_RUNNING,
+        help="SGLang's max_running_requests: the batch's request limit",
+    )
+    ap.add_argument(
+        "--policy",
+        default=None,
+        help="Feather's policy (default: FEATHER_POLICY, else grouped)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    _check_policy(ap, args.policy)
     try:
         sizes = [int(x) for x in args.sizes.split(",")]
     except ValueError:
@@ -342,12 +400,22 @@ def main(argv: list[str] | None = None) -> int:
         ("--repeats", args.repeats),
         ("--passes", args.passes),
         ("--formations", args.formations),
+        ("--max-running", args.max_running),
         *(("--sizes", n) for n in sizes),
     ):
         if value < 1:
             ap.error(f"{name} must be >= 1, got {value}")
+    if not 0 <= args.running < args.max_running:
+        ap.error(f"--running must be >= 0 and below --max-running, got {args.running}")
+    return args, sizes
 
+
+def main(argv: list[str] | None = None) -> int:
+    args, sizes = _arguments(argv)
     s = Setup(args.seed)
+    s.max_running = args.max_running
+    if args.policy is not None:
+        s.feather_policy = args.policy
     os.environ["FEATHER_POLICY"] = s.feather_policy  # the plugin registers its hooks when on
     from sglang.srt.plugins import load_plugins
 
@@ -356,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results = []
     for n in sizes:
-        row = measure(s, n, args.repeats, args.passes, args.formations)
+        row = measure(s, n, args.repeats, args.passes, args.formations, args.running)
         results.append(row)
         short = {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
         print(json.dumps(short), flush=True)
@@ -365,12 +433,15 @@ def main(argv: list[str] | None = None) -> int:
         "command": "feather sglang-bench " + " ".join(argv or sys.argv[1:]),
         "sglang": sglang.__version__,
         "feather_policy": s.feather_policy,
+        "feather_policy_options": dict(settings_from_env().policy_options),
         "feather_chunk_tokens": settings_from_env().chunk_tokens,
         "workload": {"prefixes": PREFIXES, "prefix_len": PREFIX_LEN, "prompt_len": PROMPT_LEN},
         "adder": {"max_prefill_tokens": MAX_PREFILL_TOKENS, "kv_tokens": KV_TOKENS},
         "repeats": args.repeats,
         "passes": args.passes,
         "formations": args.formations,
+        "running": args.running,
+        "max_running": args.max_running,
         "results": results,
     }
     if args.json:
