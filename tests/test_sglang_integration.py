@@ -532,3 +532,7 @@ def test_sglang_bench_beside_a_running_batch(sg, tmp_path, monkeypatch, capsys):
     cht = queue_for(policy).book.cht
     assert (cht.num_running, cht.num_waiting) == (8, 16)
     assert s.batch_formation(policy, tree, alloc, queue, running) > 0
+    # one Feather policy across formations, as a server keeps one; a fresh CHT each time
+    again, _ = H._formation_policy(s, "feather", s.tree()[0], reqs, running=running)
+    assert queue_for(again).policy is queue_for(policy).policy
+    assert queue_for(again).book.cht is not cht

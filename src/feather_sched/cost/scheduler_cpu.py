@@ -179,7 +179,7 @@ _POLICIES = {
 
 def _rows(s: dict[str, dict[int, float]], feather: Mapping[str, Any] | None) -> dict[str, CpuRow]:
     """Every family's row from the record's series (`_series`); the feather policy's from
-    its own record's section (`feather`, see `_feather_row`), where the points file has one."""
+    its own record's section (`feather`, see `_feather_rows`), where the points file has one."""
     admit = sum(s["adder_per_admission_ms"].values()) / len(s["adder_per_admission_ms"]) * 1e-3
     fcfs = _row("fcfs", s, "fcfs_calc_priority_ms", admit)
     shipped = _row("lpm-fallback", s, "lpm_calc_priority_ms", admit)
