@@ -133,18 +133,26 @@ def _series(points: Mapping[str, Mapping[str, float]]) -> dict[str, dict[int, fl
     per admission (lpm's formation less its priority pass, over the admitted), and
     Feather's pass (its formation less that adder work: what it adds over lpm as shipped,
     plus lpm's priority pass)."""
-    s = {k: {int(n): float(v) for n, v in p.items()} for k, p in points.items()}
-    lpm_form, lpm_prio, admitted = (
-        s["lpm_batch_formation_ms"],
-        s["lpm_calc_priority_ms"],
-        s["lpm_admitted"],
-    )
-    s["adder_per_admission_ms"] = {n: (lpm_form[n] - lpm_prio[n]) / admitted[n] for n in lpm_form}
+    s = _keyed(points)
+    lpm_form, lpm_prio = s["lpm_batch_formation_ms"], s["lpm_calc_priority_ms"]
+    s["adder_per_admission_ms"] = _adder_per_admission(s)
     # Feather's formation less SGLang's adder work (priority + Feather's whole part of it)
     s["feather_pass_ms"] = {
         n: s["feather_batch_formation_ms"][n] - (lpm_form[n] - lpm_prio[n]) for n in lpm_form
     }
     return s
+
+
+def _keyed(points: Mapping[str, Mapping[str, float]]) -> dict[str, dict[int, float]]:
+    """A points file's series keyed by queue length (JSON keys are strings)."""
+    return {k: {int(n): float(v) for n, v in p.items()} for k, p in points.items()}
+
+
+def _adder_per_admission(s: Mapping[str, Mapping[int, float]]) -> dict[int, float]:
+    """SGLang's adder per admission: lpm's formation less its priority pass, over the
+    admitted (ms, by queue length)."""
+    form, prio, admitted = s["lpm_batch_formation_ms"], s["lpm_calc_priority_ms"], s["lpm_admitted"]
+    return {n: (form[n] - prio[n]) / admitted[n] for n in form}
 
 
 def _row(family: str, s: dict[str, dict[int, float]], key: str, admit: float, **kw) -> CpuRow:
@@ -257,15 +265,10 @@ def _measured_feather(host: CpuRow, section: Mapping[str, Any], admit: float) ->
     queue and the bandit is never asked: not a server's pass). Its pass is its formation less
     SGLang's adder work for what it admitted, at that record's own adder cost per admission;
     an admission and an arrival are priced as the host's."""
-    p = {k: {int(n): float(v) for n, v in by.items()} for k, by in section["points"].items()}
-    form, prio, admitted = (
-        p["lpm_batch_formation_ms"],
-        p["lpm_calc_priority_ms"],
-        p["lpm_admitted"],
-    )
-    adder = {n: (form[n] - prio[n]) / admitted[n] for n in form}
+    p = _keyed(section["points"])
+    adder = _adder_per_admission(p)
     own = {
-        n: p["feather_batch_formation_ms"][n] - adder[n] * p["feather_admitted"][n] for n in form
+        n: p["feather_batch_formation_ms"][n] - adder[n] * p["feather_admitted"][n] for n in adder
     }
     where = (
         f"{section['record']}: the feather policy beside a running batch of "

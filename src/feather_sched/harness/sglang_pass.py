@@ -333,7 +333,8 @@ def _measure_feather(s: Setup, reqs, running: list, passes: int, add) -> None:
     tree, alloc = s.tree()
     policy, queue = s.policy("fcfs", tree, feather=True), list(reqs)
     fq = queue_for(policy)
-    add("feather_hash_per_request_us", _cpu(fq.sync, queue, running) / len(reqs + running) * 1e6)
+    hashed = len(reqs) + len(running)
+    add("feather_hash_per_request_us", _cpu(fq.sync, queue, running) / hashed * 1e6)
     _warm_adder_class(s, policy)
     s.keep_policy(fq)
     fq.timer = time.process_time  # CPU time, like the SGLang figures
