@@ -504,20 +504,18 @@ def test_sglang_bench_beside_a_running_batch(sg, tmp_path, monkeypatch, capsys):
         (["--policy", "no-such-policy"], "no-such-policy"),
         (["--running", "8", "--max-running", "8"], "--running"),
         (["--running", "-1"], "--running"),
+        (["--finished", "-1"], "--finished"),
     ):
         with pytest.raises(SystemExit) as exit_:
             main(["--sizes", "16", *bad])
         assert exit_.value.code == 2 and named in capsys.readouterr().err
     out = tmp_path / "pass.json"
     args = ["--sizes", "16", "--repeats", "1", "--passes", "1", "--formations", "2"]
-    run = ["--running", "8", "--max-running", "32", "--policy", "feather"]
+    run = ["--running", "8", "--finished", "2", "--max-running", "32", "--policy", "feather"]
     assert main([*args, *run, "--json", str(out)]) == 0
     record = json.loads(out.read_text())
-    assert (record["running"], record["max_running"], record["feather_policy"]) == (
-        8,
-        32,
-        "feather",
-    )
+    assert (record["running"], record["finished"], record["max_running"]) == (8, 2, 32)
+    assert record["feather_policy"] == "feather"
     row = record["results"][0]
     assert row["lpm_admitted"] > 0 and row["feather_batch_formation_ms"] > 0
     # the running batch reaches Feather's CHT as running
@@ -532,6 +530,13 @@ def test_sglang_bench_beside_a_running_batch(sg, tmp_path, monkeypatch, capsys):
     cht = queue_for(policy).book.cht
     assert (cht.num_running, cht.num_waiting) == (8, 16)
     assert s.batch_formation(policy, tree, alloc, queue, running) > 0
+    # requests the CHT last saw running that finished by the formation leave it in its pass
+    gone, (tree, alloc) = s.requests(2, "g"), s.tree()
+    policy, queue = H._formation_policy(s, "feather", tree, reqs, running=running, gone=gone)
+    cht = queue_for(policy).book.cht
+    assert cht.num_running == 10
+    admitted = s.batch_formation(policy, tree, alloc, queue, running)
+    assert all(g.rid not in cht for g in gone) and cht.num_running == 8 + admitted
     # one Feather policy across formations, as a server keeps one; a fresh CHT each time
     again, _ = H._formation_policy(s, "feather", s.tree()[0], reqs, running=running)
     assert queue_for(again).policy is queue_for(policy).policy

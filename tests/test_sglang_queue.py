@@ -4,6 +4,7 @@ test_sglang_integration.py."""
 
 from __future__ import annotations
 
+import copy
 import random
 from array import array
 from types import SimpleNamespace
@@ -382,6 +383,14 @@ class SGLangLists(RuleBasedStateMachine):
     @rule()
     def resort(self):
         self.waiting.reverse()
+
+    @rule(data=st.data())
+    def replace_running_object(self, data):
+        """A running request's object swapped for a copy under the same rid: the running
+        batch is diffed by object identity, so the CHT must still end in step."""
+        if self.running:
+            i = data.draw(st.integers(0, len(self.running) - 1))
+            self.running[i] = copy.copy(self.running[i])
 
     @rule(name=st.sampled_from(["grouped", "fcfs"]))
     def swap_policy(self, name):

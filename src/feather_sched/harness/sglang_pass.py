@@ -13,8 +13,11 @@ runs beside every formation, in both arms' running batch and in Feather's CHT, u
 of `--max-running` (SGLang's `max_running_requests`). A policy that weighs the running batch
 (`--policy feather`: its grouping judge walks the queue up to the batch's free slots, its
 bandit asks about new groups only beside a running batch) needs one to be measured as a
-server runs it. Per N, every figure is the median (and `_min`, the
-least-disturbed run: the cores are shared) over `--repeats` fresh runs. SGLang's figures are
+server runs it. `--finished F`: Feather's CHT last saw F more requests running, which
+have finished by the formation, as a server's batch changes between two passes (its sync
+then diffs the running batch; with F = 0 it finds it as it left it). Per N, every figure is
+the median (and `_min`, the least-disturbed run: the cores are shared) over `--repeats`
+fresh runs. SGLang's figures are
 process CPU time, and so is Feather's ordering pass (`HostStats.ordering_s` with
 `time.process_time` as its clock; its ~70 clock reads per pass are included).
 
@@ -217,13 +220,21 @@ def _lpm_matching(s: Setup, policy, queue: list) -> None:
 
 
 def measure(
-    s: Setup, n: int, repeats: int, passes: int, formations: int = 10, running: int = 0
+    s: Setup,
+    n: int,
+    repeats: int,
+    passes: int,
+    formations: int = 10,
+    running: int = 0,
+    finished: int = 0,
 ) -> dict:
     """`repeats` rounds of every measurement at `n` waiting (each with `formations` pairs of
-    batch formations, beside a batch of `running` requests); medians (and minima of times),
-    and Feather's ordering pass against SGLang's own priority passes."""
+    batch formations, beside a batch of `running` requests; Feather's CHT last saw `finished`
+    more running, which have left the batch since); medians (and minima of times), and
+    Feather's ordering pass against SGLang's own priority passes."""
     reqs = s.requests(n, f"n{n}-")
     run = s.requests(running, f"n{n}-running-")
+    gone = s.requests(finished, f"n{n}-finished-")
     rows: dict[str, list[float]] = {}
 
     def add(key: str, value: float) -> None:
@@ -231,8 +242,8 @@ def measure(
 
     for _ in range(repeats):
         _measure_sglang(s, reqs, passes, add)
-        _measure_feather(s, reqs, run, passes, add)
-        _measure_formations(s, reqs, run, formations, add)
+        _measure_feather(s, reqs, run, passes, add, gone)
+        _measure_formations(s, reqs, run, formations, add, gone)
         # the radix tree's own per-request costs (SGLang matches and inserts every request)
         tree, _ = s.tree()
         sample = reqs[: min(n, 500)]
@@ -267,7 +278,12 @@ def _measure_sglang(s: Setup, reqs, passes: int, add: Callable[[str, float], Non
 
 
 def _measure_formations(
-    s: Setup, reqs, running: list, pairs: int, add: Callable[[str, float], None]
+    s: Setup,
+    reqs,
+    running: list,
+    pairs: int,
+    add: Callable[[str, float], None],
+    gone: Sequence = (),
 ) -> None:
     """`pairs` batch formations each of lpm as shipped and of Feather, interleaved (which goes
     first alternates), each on a fresh tree; Feather's added CPU is the median of the
@@ -277,7 +293,7 @@ def _measure_formations(
         times: dict[str, float] = {}
         for name in ("feather", "lpm") if k % 2 else ("lpm", "feather"):
             tree, alloc = s.tree()
-            policy, queue = _formation_policy(s, name, tree, reqs, running=running)
+            policy, queue = _formation_policy(s, name, tree, reqs, running=running, gone=gone)
             gc.collect()
             t0 = time.process_time()
             admitted = s.batch_formation(policy, tree, alloc, queue, running)
@@ -288,7 +304,13 @@ def _measure_formations(
 
 
 def _formation_policy(
-    s: Setup, name: str, tree, reqs, refresh: bool = False, running: Sequence = ()
+    s: Setup,
+    name: str,
+    tree,
+    reqs,
+    refresh: bool = False,
+    running: Sequence = (),
+    gone: Sequence = (),
 ) -> tuple[Any, list]:
     """lpm as shipped, or Feather with its CHT holding the queue and the running batch and its
     adder class built (as a server has them by its second batch), each about to run a pass
@@ -303,7 +325,8 @@ def _formation_policy(
 
     queue = list(reqs)
     policy = s.policy("fcfs", tree, feather=True)
-    queue_for(policy).sync(queue, running)  # both arms (sync only reads SGLang's lists)
+    # both arms (sync only reads SGLang's lists); `gone` ran then, and finishes before the pass
+    queue_for(policy).sync(queue, [*running, *gone])
     if name == "lpm":
         policy = s.policy("lpm", tree)  # Feather's CHT dropped with its policy
     else:
@@ -325,16 +348,16 @@ def common_pass(policy: Any) -> Any:
     return policy
 
 
-def _measure_feather(s: Setup, reqs, running: list, passes: int, add) -> None:
-    """Feather: the CHT filled as arrivals fill it (the running batch's too), then one batch
-    formation; and its ordering pass alone."""
+def _measure_feather(s: Setup, reqs, running: list, passes: int, add, gone: Sequence = ()) -> None:
+    """Feather: the CHT filled as arrivals fill it (the running batch's too, and `gone`, which
+    finish before the formation), then one batch formation; and its ordering pass alone."""
     from feather_sched.integrations.sglang import queue_for
 
     tree, alloc = s.tree()
     policy, queue = s.policy("fcfs", tree, feather=True), list(reqs)
     fq = queue_for(policy)
-    hashed = len(reqs) + len(running)
-    add("feather_hash_per_request_us", _cpu(fq.sync, queue, running) / hashed * 1e6)
+    hashed = len(reqs) + len(running) + len(gone)
+    add("feather_hash_per_request_us", _cpu(fq.sync, queue, [*running, *gone]) / hashed * 1e6)
     _warm_adder_class(s, policy)
     s.keep_policy(fq)
     fq.timer = time.process_time  # CPU time, like the SGLang figures
@@ -379,6 +402,13 @@ def _arguments(argv: list[str] | None) -> tuple[argparse.Namespace, list[int]]:
         help="requests in the running batch beside each formation (the workload's shape)",
     )
     ap.add_argument(
+        "--finished",
+        type=int,
+        default=0,
+        help="requests of the running batch Feather last saw that have finished by each "
+        "formation (a server's usual pass: its batch changed since the last one)",
+    )
+    ap.add_argument(
         "--max-running",
         type=int,
         default=MAX_RUNNING,
@@ -408,6 +438,8 @@ def _arguments(argv: list[str] | None) -> tuple[argparse.Namespace, list[int]]:
             ap.error(f"{name} must be >= 1, got {value}")
     if not 0 <= args.running < args.max_running:
         ap.error(f"--running must be >= 0 and below --max-running, got {args.running}")
+    if args.finished < 0:
+        ap.error(f"--finished must be >= 0, got {args.finished}")
     return args, sizes
 
 
@@ -425,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results = []
     for n in sizes:
-        row = measure(s, n, args.repeats, args.passes, args.formations, args.running)
+        row = measure(s, n, args.repeats, args.passes, args.formations, args.running, args.finished)
         results.append(row)
         short = {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
         print(json.dumps(short), flush=True)
@@ -442,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         "passes": args.passes,
         "formations": args.formations,
         "running": args.running,
+        "finished": args.finished,
         "max_running": args.max_running,
         "results": results,
     }

@@ -190,6 +190,7 @@ class FeatherPolicy(Policy):
         self.hold.reset()
         self.delay.reset()
         self._gating = False
+        self._step_now: float | None = None
         self.budget = self.initial_budget
         self.decisions = 0
         self.stop_lead = 0.0  # the last decision's `bandit.Choice.lead`
@@ -218,6 +219,7 @@ class FeatherPolicy(Policy):
         # Where grouping cannot pay (`order.GroupingJudge`) the candidates come in the
         # engine's order; a new group's candidate is still asked ADD or STOP.
         self._engine_order = not self.judge.grouping_pays(view)
+        self._step_now = view.now  # the admissions' time: one clock read a step, not each
         released = self.hold.begin_step()  # the gate stands aside this step
         self._gating = self.gate is not None and not released and not self.follows_queue_order(view)
         if self.gate is not None:
@@ -255,7 +257,7 @@ class FeatherPolicy(Policy):
             ):
                 self.delay.stopped(view.now, self.stop_lead)
                 return False
-        self.guard.admitted(view, request_id, forced)
+        self.guard.admitted(view, request_id, forced, self._step_now)
         return True
 
     def _may_stop(self, view: SchedulerView) -> bool:

@@ -60,11 +60,6 @@ def decision_state(index: ChunkedHashTree, request_id: str) -> DecisionState:
     batch = index.num_running
     # no shared prefix at all: nothing to dilute; otherwise does it join the main group?
     majority = depth == 0 or 2 * holders >= batch
-    return DecisionState(
-        batch=batch,
-        lost_chunks=depth - matched if majority else depth,
-        group=group,
-        matched_chunks=matched,
-        joins_majority=majority,
-        depth=depth,
-    )
+    lost = depth - matched if majority else depth
+    # positional: keywords cost a third more, once for every candidate an engine offers
+    return DecisionState(batch, lost, group, matched, majority, depth)

@@ -91,6 +91,9 @@ class KvGate:
         """Candidates refused this run."""
         self._preemptions: int | None = None
         self._free: int | None = None
+        self._blind = False
+        """The host offers no KV view this step (`_snapshot` found none): every candidate
+        fits, without asking the view again (a missing attribute is an exception caught)."""
         self._prefill: list[int] = []
         self._remaining: list[int] = []
         self._bound = 0
@@ -103,7 +106,7 @@ class KvGate:
     def begin_step(self, view: SchedulerView) -> None:
         """A new step: the running set moved on (read it again when first needed), and the
         estimate of bounded outputs ages or, after a preemption, goes back to 1."""
-        self._free = None
+        self._free, self._blind = None, False
         seen = getattr(view, "num_preemptions", None)
         if seen is not None and self._preemptions is not None and seen > self._preemptions:
             self.ratio = 1.0
@@ -122,7 +125,8 @@ class KvGate:
         (`_probe_deferred`; the host answers what each found cached when it was admitted),
         so every decision and every later state equal probing each candidate at once. When
         the probe is needed, it walks only as far as the answer needs (`_probe`)."""
-        if self._free is None and not self._snapshot(view):
+        if self._free is None and (self._blind or not self._snapshot(view)):
+            self._blind = True
             return True
         bs = self._bs
         req = view.request(request_id)

@@ -81,9 +81,12 @@ class StarvationGuard:
             return None
         return head
 
-    def admitted(self, view: SchedulerView, request_id: str, forced: bool) -> None:
-        """Record an ADD: its wait feeds the mean, and credit moves."""
-        wait = view.now - view.arrival_time(request_id)
+    def admitted(
+        self, view: SchedulerView, request_id: str, forced: bool, now: float | None = None
+    ) -> None:
+        """Record an ADD: its wait feeds the mean, and credit moves. `now`: the step's time,
+        where the caller has read it once for all its admissions (else `view.now`)."""
+        wait = (view.now if now is None else now) - view.arrival_time(request_id)
         self.mean_wait += WAIT_AVERAGE_WEIGHT * (wait - self.mean_wait)
         if not forced:
             self.credit = min(1.0, self.credit + self.share)
