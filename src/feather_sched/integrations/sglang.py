@@ -237,19 +237,19 @@ class FeatherAdderMixin:
     _feather_has_room: bool  # the base adder reports `rem_total_tokens`
 
     def add_one_req(self, req: Any, *args: Any, **kwargs: Any) -> Any:
+        # Positional calls: once an offer each, keywords cost more than the readability
+        # they buy (before_offer: nothing admitted yet, room; after_offer: added, proceed,
+        # chunked).
         queue = self._feather_queue
         can_run = self.can_run_list  # type: ignore[attr-defined]
         room = self._feather_room if self._feather_has_room else None
-        offer = queue.before_offer(req, nothing_admitted=not can_run, room=room)
+        offer = queue.before_offer(req, not can_run, room)
         if offer is not Offer.TRY:  # SGLang's loop breaks on STOP, goes on after CONTINUE
             return self._feather_stop if offer is Offer.STOP else self._feather_continue
         result = super().add_one_req(req, *args, **kwargs)  # type: ignore[misc]
-        queue.after_offer(
-            req,
-            added=bool(can_run) and can_run[-1] is req,
-            proceed=result == self._feather_continue,
-            chunked=getattr(self, "new_chunked_req", None) is req,
-        )
+        added = bool(can_run) and can_run[-1] is req
+        chunked = getattr(self, "new_chunked_req", None) is req
+        queue.after_offer(req, added, result == self._feather_continue, chunked)
         return result
 
     def _feather_room(self) -> float:

@@ -152,6 +152,8 @@ class SGLangQueue(Hosted):
         """SchedulerView: running requests SGLang put back in its waiting list (retracted
         under KV pressure), so far. The judge counts KV as binding for a while after one."""
         self.passes = 0
+        self._radix_on = False
+        """SGLang's radix cache is on (`_prefix_in_flight`), read at each pass's start."""
         self.timer: Callable[[], float] | None = None
         """Clock of `stats.ordering_s`, kept only when set (a benchmark sets
         `time.process_time`). None, the default: not timed, as a server runs (timing costs an
@@ -389,6 +391,8 @@ class SGLangQueue(Hosted):
         t0 = timer() if timer else 0.0
         self._end_pass()
         self.passes += 1
+        # no radix cache: SGLang's own test, `disable` absent counting as off (read once)
+        self._radix_on = not getattr(self.tree_cache, "disable", True)
         self.sync(waiting_queue, running)
         self._queue = waiting_queue
         p = self._pass = _Pass(
@@ -493,8 +497,8 @@ class SGLangQueue(Hosted):
         before offering it (`Req.init_next_round_input`), which never covers a prompt's last
         token. Measured: benchmarks/sglang-loop.md."""
         cached = getattr(req, "prefix_len", None)
-        if cached is None or getattr(self.tree_cache, "disable", True):
-            return False  # no radix cache (SGLang's own test, `disable` absent: off)
+        if cached is None or not self._radix_on:
+            return False
         index, page = self.index, self.block_size
         matchable = (len(req.origin_input_ids) - 1) // page * page
         shared = min(index.matched_chunks(req.rid) * index.chunk_size, matchable)
