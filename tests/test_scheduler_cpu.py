@@ -57,6 +57,7 @@ def test_the_packaged_points_are_the_records() -> None:
         FEATHER["running"],
         FEATHER["max_running"],
     )
+    assert FEATHER_RECORD.get("finished", 0) == FEATHER.get("finished", 0)
     assert FEATHER_RECORD["feather_policy_options"] == FEATHER["policy_options"]
     for field, by_size in FEATHER["points"].items():
         own = {r["n_waiting"]: r[field] for r in FEATHER_RECORD["results"]}

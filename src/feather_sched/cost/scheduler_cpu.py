@@ -270,9 +270,11 @@ def _measured_feather(host: CpuRow, section: Mapping[str, Any], admit: float) ->
     own = {
         n: p["feather_batch_formation_ms"][n] - adder[n] * p["feather_admitted"][n] for n in adder
     }
+    finished = section.get("finished", 0)
+    changed = f", {finished} finished since the last pass" if finished else ""
     where = (
         f"{section['record']}: the feather policy beside a running batch of "
-        f"{section['running']} of {section['max_running']}"
+        f"{section['running']} of {section['max_running']}{changed}"
     )
     series = {"feather_policy_pass_ms": own}
     key = "feather_policy_pass_ms"

@@ -272,7 +272,9 @@ class SGLangQueue(Hosted):
                     if len(found) == len(fresh):
                         break
             self._add_new(reversed(found), fresh, now, running=False)
-        if moved and cur is not None:  # running, never seen waiting (enabled mid-flight)
+        # Feather's running requests are now all in `cur` (those that left were forgotten or
+        # wait again): any more in `cur` run unseen (e.g. Feather enabled mid-flight)
+        if moved and cur is not None and len(cur) != len(self._run_objs):
             self._add_unseen_running(cur, chunked, now)
         self.snapshot.take(waiting_queue)
 
