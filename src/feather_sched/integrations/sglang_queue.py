@@ -25,25 +25,19 @@ and `cache_salt` off the requests it is given.
 from __future__ import annotations
 
 import time
-from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from operator import attrgetter
 from typing import Any
 
-import numpy as np
-
 from feather_sched.host.admission import AdmissionPass, Hosted, PolicyHost
-from feather_sched.host.tracker import RequestFields, RequestTracker, chunk_blocks
-from feather_sched.integrations.list_snapshot import ListSnapshot, move
+from feather_sched.host.tracker import RequestTracker, chunk_blocks
+from feather_sched.integrations.list_snapshot import ListSnapshot, RunningObjects, move
+from feather_sched.integrations.sglang_fields import SGLANG_FIELDS, kv_need, rid_of
 from feather_sched.policies.base import Policy
-from feather_sched.policies.kv_gate import CLIP_TOKENS
 from feather_sched.request import Request
 from feather_sched.settings import PolicyStateSaver
-
-_rid = attrgetter("rid")
 
 
 class Offer(Enum):
@@ -59,32 +53,6 @@ class Offer(Enum):
 
 UNBOUNDED_SEQS = 1 << 30
 """`max_num_seqs` until the scheduler tells us its `max_running_requests`."""
-
-
-def prompt_tokens(req: Any) -> np.ndarray:
-    """A request's prompt as an int64 array, without copying SGLang's `array('q')`."""
-    ids = req.origin_input_ids
-    if isinstance(ids, array) and ids.itemsize == 8:
-        return np.frombuffer(ids, dtype=np.int64) if len(ids) else np.zeros(0, np.int64)
-    return np.asarray(ids, dtype=np.int64)
-
-
-def _max_new_tokens(req: Any) -> int | None:
-    return getattr(getattr(req, "sampling_params", None), "max_new_tokens", None)
-
-
-def _prompt_len(req: Any) -> int:
-    return len(req.origin_input_ids)
-
-
-SGLANG_FIELDS = RequestFields(
-    request_id=_rid,
-    prompt=prompt_tokens,
-    max_tokens=_max_new_tokens,
-    prompt_len=_prompt_len,
-)
-"""SGLang's `Req` (srt/managers/schedule_batch.py): `rid`, `origin_input_ids`, the sampling
-params' `max_new_tokens`; no block hashes (the prompt is hashed once, when first seen)."""
 
 
 @dataclass
@@ -104,13 +72,6 @@ class _Pass:
     """The in-flight prefixes (CHT keys) whose waiting members this pass skips."""
     reserved: int = 0
     """KV tokens those members will take next pass (kept free: `_offer_in_list_order`)."""
-
-
-def _kv_need(req: Any, cached: int) -> int:
-    """KV tokens `req` takes with `cached` prompt tokens in the cache: the rest of its prompt
-    and its output (clipped as SGLang's adder clips it, `CLIP_MAX_NEW_TOKENS`)."""
-    out = _max_new_tokens(req) or 0
-    return max(0, len(req.origin_input_ids) - cached) + min(int(out), CLIP_TOKENS)
 
 
 class SGLangQueue(Hosted):
@@ -170,11 +131,8 @@ class SGLangQueue(Hosted):
         """SGLang's waiting list as the last pass left it (`sync` reads only what changed)."""
         self.adder_classes: dict[type, type] = {}
         """Feather adder subclasses built for this queue, by SGLang base class."""
-        self._run_objs: dict[Any, str] = {}
-        """SGLang's object of each request Feather holds as running, and its rid: `sync`
-        diffs the running batch against it as sets of objects (`_add_unseen_running`)."""
-        self._run_key: dict[str, Any] = {}
-        """`_run_objs` the other way round (its keys are `book.running_ids`)."""
+        self.running_objects = RunningObjects()
+        """SGLang's object of each request the CHT holds as running (`sync` diffs by it)."""
         self._order_of: dict[Any, int] = {}
         """Each waiting SGLang request's `RequestTracker.order`, keyed by the request object:
         `_position`'s binary search reads it through `dict.__getitem__`, a C call per probe
@@ -195,7 +153,7 @@ class SGLangQueue(Hosted):
 
     def waiting_ids(self) -> Iterator[str]:
         waiting = self.book.waiting_ids
-        return (rid for rid in map(_rid, self._queue) if rid in waiting)
+        return (rid for rid in map(rid_of, self._queue) if rid in waiting)
 
     def request(self, request_id: str) -> Request:
         return self.book.request(request_id)
@@ -248,10 +206,10 @@ class SGLangQueue(Hosted):
                 self._run(req, now)
             else:
                 self._forget(rid)
-        objs = self._run_objs
-        moved = cur is not None and (len(cur) != len(objs) or not cur.issuperset(objs))
+        objs = self.running_objects
+        moved = cur is not None and objs.differs(cur)
         if moved and cur is not None:  # left the batch, not back in the list: finished, aborted
-            for rid in [objs[req] for req in objs.keys() - cur]:
+            for rid in objs.left(cur):
                 if rid not in joined:
                     self._forget(rid)
         # joined the list: retracted/preempted running requests, or new arrivals
@@ -274,20 +232,17 @@ class SGLangQueue(Hosted):
             self._add_new(reversed(found), fresh, now, running=False)
         # Feather's running requests are now all in `cur` (those that left were forgotten or
         # wait again): any more in `cur` run unseen (e.g. Feather enabled mid-flight)
-        if moved and cur is not None and len(cur) != len(self._run_objs):
+        if moved and cur is not None and len(cur) != len(objs):
             self._add_unseen_running(cur, chunked, now)
         self.snapshot.take(waiting_queue)
 
     def _add_unseen_running(self, cur: set, chunked: str | None, now: float) -> None:
-        """The requests of the running batch `cur` that Feather does not hold as running and
-        never saw waiting. The batch is compared as a set of objects (hashed by identity,
-        as SGLang's own sets of requests are): a rid is read only off the objects Feather
-        does not already hold as running. Reading every running request's rid cost ~0.05 ms
-        a pass at 224 running in SGLang's formation, on the caches its own work had swept."""
+        """The requests of the running batch `cur` (a set of SGLang's objects) that Feather
+        does not hold as running and never saw waiting: a rid is read only off those."""
         book = self.book
         unknown = [
             req
-            for req in cur.difference(self._run_objs)
+            for req in self.running_objects.unseen(cur)
             if req.rid not in book.running_ids
             and req.rid not in book.waiting_ids
             and req.rid != chunked
@@ -304,12 +259,12 @@ class SGLangQueue(Hosted):
         waiting, snapshot = self.book.waiting_ids, self.snapshot
         tail = snapshot.appended(waiting_queue)
         if tail is not None:
-            joined = set(map(_rid, tail))
+            joined = set(map(rid_of, tail))
             if not joined & waiting:
                 snapshot.fast += 1
                 return set(), joined, lambda rid: rid in waiting or rid in joined
         snapshot.full += 1
-        cur_w = set(map(_rid, waiting_queue))
+        cur_w = set(map(rid_of, waiting_queue))
         return waiting - cur_w, cur_w - waiting, cur_w.__contains__
 
     def _live_chunked(self, listed: Callable[[str], bool]) -> str | None:
@@ -352,39 +307,28 @@ class SGLangQueue(Hosted):
         self.stats.hashed = book.hashed
 
     def _wait(self, req: Any, now: float) -> None:
-        self._unmark(req.rid)
+        self.running_objects.unmark(req.rid)
         self.book.waiting(req, now)
         self._order_of[req] = self.book.order(req.rid)
 
     def _forget(self, rid: str) -> None:
-        self._unmark(rid)
+        self.running_objects.unmark(rid)
         self._order_of.pop(self.book.engine_request(rid), None)
         self.book.forget(rid)
 
     def _run(self, req: Any, now: float) -> None:
         """`req` runs (admitted, or running unseen): the book, and the running object."""
-        self._unmark(req.rid)
+        self.running_objects.unmark(req.rid)
         self.book.running(req, now)
-        self._mark(req)
+        self.running_objects.mark(req)
 
     def _admit(self, req: Any) -> None:
         """SGLang admitted `req`, which Feather holds waiting (`running` without its checks:
         the hot path, once an admission)."""
         self.index.admit(req.rid)
-        self._mark(req)
+        self.running_objects.mark(req)
         self.snapshot.admitted(req)
         self.host.stats.admitted += 1
-
-    def _mark(self, req: Any) -> None:
-        """Record `req` as the object of a running rid (`_run_objs`, `_run_key`)."""
-        rid = req.rid
-        self._run_objs[req] = rid
-        self._run_key[rid] = req
-
-    def _unmark(self, rid: str) -> None:
-        req = self._run_key.pop(rid, None)
-        if req is not None:
-            del self._run_objs[req]
 
     # ------------------------------------------------------------------ one admission pass
     def begin_pass(self, waiting_queue: list, running: Iterable[Any] | None) -> None:
@@ -452,7 +396,7 @@ class SGLangQueue(Hosted):
         if self._prefix_in_flight(req):
             return self._skip(p, req, nothing_admitted)
         cached = int(getattr(req, "prefix_len", 0) or 0)
-        if room is None or room() - _kv_need(req, cached) >= p.reserved:
+        if room is None or room() - kv_need(req, cached) >= p.reserved:
             return self._decide(p, req, nothing_admitted)
         p.stopped = True
         return self._never_stall(p, req, nothing_admitted)
@@ -477,7 +421,7 @@ class SGLangQueue(Hosted):
         p.deferred.add(key)
         slots = max(1, self.max_num_seqs - index.num_running)
         members = min(index.group_size(req.rid, matched), slots)
-        p.reserved += members * _kv_need(req, matched * index.chunk_size)
+        p.reserved += members * kv_need(req, matched * index.chunk_size)
 
     def _decide(self, p: _Pass, req: Any, nothing_admitted: bool) -> Offer:
         if p.step.accept(req.rid):
@@ -607,8 +551,8 @@ class SGLangQueue(Hosted):
     # ------------------------------------------------------------------ checks
     def check(self, waiting_queue: Sequence[Any], running: Iterable[Any]) -> None:
         """Raise if the CHT disagrees with SGLang's lists (tests and debugging)."""
-        cur_w = set(map(_rid, waiting_queue))
-        cur_r = set(map(_rid, running))
+        cur_w = set(map(rid_of, waiting_queue))
+        cur_r = set(map(rid_of, running))
         if self.chunked_rid is not None:
             cur_r.add(self.chunked_rid)
         waiting, running_ids = self.book.waiting_ids, self.book.running_ids
@@ -619,10 +563,5 @@ class SGLangQueue(Hosted):
             )
         if self.index.num_waiting != len(cur_w) or self.index.num_running != len(cur_r):
             raise AssertionError("CHT counts disagree with SGLang's lists")
-        objs = self._run_objs
-        if (
-            len(objs) != len(self._run_key)
-            or self._run_key.keys() != running_ids
-            or any(objs.get(req) != rid or req.rid != rid for rid, req in self._run_key.items())
-        ):
+        if not self.running_objects.agrees(running_ids):
             raise AssertionError("the running objects disagree with the CHT")
