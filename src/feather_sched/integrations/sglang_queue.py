@@ -188,7 +188,7 @@ class SGLangQueue(Hosted):
         A diff, so only requests that moved cost Python work: the waiting list by rid, read
         only in its appended tail when the list is the last pass's without its admitted head
         (`ListSnapshot`); the running batch as a set of objects, looked into only when it
-        differs from the requests Feather holds as running (`_add_unseen_running`).
+        differs from the requests Feather holds as running (`RunningObjects`).
         `running=None` (a caller without a running batch) leaves the running side alone.
         """
         book = self.book
