@@ -13,7 +13,7 @@ from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.grouped import GroupedPolicy
-from feather_sched.policies.order import IDLE_SHARE, GroupingJudge
+from feather_sched.policies.order import IDLE_SHARE, GroupingJudge, _Wave
 from feather_sched.sim.config import EngineConfig
 from feather_sched.sim.engine import simulate
 from feather_sched.workloads import SharedPrefixWorkload
@@ -122,6 +122,10 @@ def test_the_verdict_probing_only_while_open_matches_the_full_share(
     probes, view.probes = view.probes, 0
     assert judge.idle_share_reaches(view, threshold) == (full >= threshold)
     assert view.probes <= probes
+    wave = _Wave.ahead(view)
+    if not isinstance(wave, float):  # the chains bound the open prefixes' prefill from above
+        (_, chains), (_, uncached), *_ = wave.bounds()
+        assert chains >= uncached
     for rid in list(view.waiting_ids()):
         view._cached[rid] = 0
     if judge.idle_share(view) < threshold:
@@ -143,6 +147,27 @@ def test_a_clear_verdict_probes_few_prefixes_or_none() -> None:
     view.probes = 0
     assert not judge.idle_share_reaches(view, 1.01 * full)
     assert view.probes == 0
+
+
+@pytest.mark.parametrize(("output", "walks"), [(4096, False), (8, True)])
+def test_long_outputs_settle_the_verdict_without_walking_the_wave(
+    output: int, walks: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outputs long next to the prefill the free slots wait for: the wave's whole chains
+    already leave the idle share under the threshold, so no request's path in the CHT is
+    walked for its shared prefix (`shared_prefix`); with short outputs the same queue needs
+    the walk. The verdict is the full share's either way."""
+    view = BudgetView()
+    _groups(view, 8, 6, 512, output=output)
+    judge = GroupingJudge(MEASURED)
+    full = judge.idle_share(view)
+    walked: list[str] = []
+    shared_prefix = view.index.shared_prefix
+    monkeypatch.setattr(
+        view.index, "shared_prefix", lambda rid: walked.append(rid) or shared_prefix(rid)
+    )
+    assert judge.idle_share_reaches(view, IDLE_SHARE) == (full >= IDLE_SHARE)
+    assert bool(walked) == walks
 
 
 def test_a_nearly_full_batch_with_cached_prefixes_keeps_the_engine_order() -> None:

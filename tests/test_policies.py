@@ -690,3 +690,29 @@ def test_shortest_prefill_first_matches_sglang_sort() -> None:
     ]
     sp.SchedulePolicy._sort_by_shortest_prefill(reqs, set())
     assert ours == [r.rid for r in reqs]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    waiting=st.integers(0, 120),
+    cap=st.integers(1, 80),
+    admits=st.lists(st.booleans(), max_size=120),
+)
+def test_the_queue_head_read_in_batches_is_one_snapshot_of_the_queue(
+    waiting: int, cap: int, admits: list[bool]
+) -> None:
+    """`queue_head` reads the queue in growing batches, yet yields what one snapshot of its
+    first `max_num_seqs` ids taken at the first candidate would, while the host admits some
+    of the yielded ids (they leave its queue) and leaves others waiting."""
+    from feather_sched.policies.fcfs import queue_head
+
+    view = FakeView(max_num_seqs=cap)
+    for i in range(waiting):
+        view.add(f"r{i}", [i, i + 1])
+    snapshot = list(view.waiting_ids())[:cap]
+    got = []
+    for rid, admit in zip(queue_head(view), [*admits, *[True] * waiting], strict=False):
+        got.append(rid)
+        if admit:
+            view.admit(rid)
+    assert got == snapshot

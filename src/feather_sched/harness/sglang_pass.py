@@ -186,11 +186,17 @@ class Setup:
 
 
 class _Host:
-    """What `Scheduler.get_prefill_adder_class` reads off the scheduler."""
+    """What `Scheduler.get_prefill_adder_class` reads off the scheduler, and what Feather's
+    wrapper of it reads too: the prefill budget the adder is built with (a server's
+    Scheduler has both attributes; with them Feather's grouping judge walks the queue head
+    up to the batch's free slots each pass, `policies/order.py`). `enable_overlap` is left
+    unset, which Feather reads as a GPU server's overlap loop."""
 
     def __init__(self, policy: Any, max_running_requests: int) -> None:
         self.policy = policy
         self.max_running_requests = max_running_requests
+        self.max_prefill_tokens = MAX_PREFILL_TOKENS
+        self.chunked_prefill_size = CHUNKED_PREFILL_SIZE
 
 
 def _cpu(fn, *args) -> float:
@@ -313,8 +319,10 @@ def _formation_policy(
     gone: Sequence = (),
 ) -> tuple[Any, list]:
     """lpm as shipped, or Feather with its CHT holding the queue and the running batch and its
-    adder class built (as a server has them by its second batch), each about to run a pass
-    without SGLang's LRU refresh (`common_pass`) unless `refresh`.
+    adder class built (as a server has them by its second batch), each after one untimed
+    pass over the same queue and batch (a server's previous pass: what it reads off the
+    queue head, such as the grouping judge's request views, a server has already read) and
+    about to run a pass without SGLang's LRU refresh (`common_pass`) unless `refresh`.
 
     Both arms do the same untimed work first: Feather's CHT is filled from the queue (every
     prompt hashed), and lpm's arm fills one it then drops. That work sweeps the CPU caches,
@@ -332,19 +340,21 @@ def _formation_policy(
     else:
         _warm_adder_class(s, policy)
         s.keep_policy(queue_for(policy))
-    return (policy if refresh else common_pass(policy)), queue
+    policy.calc_priority(queue, s.ScheduleBatch(reqs=[*running, *gone]))  # the previous pass
+    return common_pass(policy, refresh), queue
 
 
-def common_pass(policy: Any) -> Any:
-    """`policy` (a fresh SchedulePolicy) set to run a pass as 31 in 32 of a server's are:
+def common_pass(policy: Any, refresh: bool = False) -> Any:
+    """`policy` (a SchedulePolicy) set to run a pass as 31 in 32 of a server's are:
     without the LRU refresh of the first 128 waiting prefixes, which SGLang's fcfs-family
     passes run every 32nd call (`_touch_waiting_prefixes`, WAITING_PREFIX_REFRESH_INTERVAL)
     and Feather's as well. A fresh policy's first pass refreshes: 1.7 ms of a 2.8 ms
     formation at 1,000 waiting (benchmarks/sglang-formation-ab-touch.json), which put
     ~0.1 ms a request on SGLang's adder where the CPU model divides the formation by the
-    admitted. Its amortized cost is in `calc_priority`'s mean over `--passes` calls."""
+    admitted. Its amortized cost is in `calc_priority`'s mean over `--passes` calls.
+    `refresh`: set to run the every-32nd pass, the one that refreshes."""
     if hasattr(policy, "_waiting_prefix_refresh_calls"):
-        policy._waiting_prefix_refresh_calls = 1
+        policy._waiting_prefix_refresh_calls = 0 if refresh else 1
     return policy
 
 

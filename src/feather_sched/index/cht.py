@@ -121,6 +121,13 @@ class ChunkedHashTree:
         self._known(request_id)
         return RequestState.WAITING
 
+    def total_chunks(self, request_id: str) -> int:
+        """Levels of its chain (its prompt's chunks): a bound on any depth it shares. O(1)."""
+        node = self._leaf.get(request_id)
+        if node is None:
+            self._known(request_id)  # raises
+        return node.end
+
     def keys_of(self, request_id: str) -> KeyChain:
         """Its keys `(level, digest)`, level 0 first; `len()` is O(1), items are built on
         first access (O(chunks) then)."""

@@ -10,6 +10,7 @@ request that does not fit. Both reduce to: queue order, always ADD.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice
 
 from feather_sched.policies.base import Policy, SchedulerView
 
@@ -24,16 +25,24 @@ class FCFSPolicy(Policy):
         return queue_head(view)
 
 
+FIRST_READ = 16
+"""Waiting ids `queue_head` reads at first; each later read takes twice as many."""
+
+
 def queue_head(view: SchedulerView) -> Iterator[str]:
-    """The engine's own order: the waiting queue as it stands (a snapshot: the host removes
-    admitted ids from its queue while the candidates are iterated)."""
-    yield from list(_head(view))
+    """The engine's own order: the waiting queue as it stands, at most `max_num_seqs` ids.
 
-
-def _head(view: SchedulerView, limit: int | None = None) -> Iterator[str]:
-    """The first waiting ids in queue order; at most what the step could still admit."""
-    cap = view.max_num_seqs if limit is None else limit
-    for i, rid in enumerate(view.waiting_ids()):
-        if i >= cap:
+    Read in snapshots (the host removes admitted ids from its queue while the candidates are
+    iterated) of 16 ids, then twice as many each time, each skipping the ids already yielded.
+    A step admits only as many as its free slots, often a few: one snapshot of
+    `max_num_seqs` ids read every one of them (256 at 224 of 256 running in SGLang, where
+    a pass admitted ~17; ~0.1 ms a pass, benchmarks/sglang.md)."""
+    cap, yielded, size = view.max_num_seqs, set(), FIRST_READ
+    while len(yielded) < cap:
+        fresh = (rid for rid in view.waiting_ids() if rid not in yielded)
+        batch = list(islice(fresh, min(size, cap - len(yielded))))
+        if not batch:
             return
-        yield rid
+        yielded.update(batch)
+        yield from batch
+        size *= 2

@@ -242,9 +242,12 @@ class FeatherPolicy(Policy):
 
     def accept(self, view: SchedulerView, request_id: str) -> bool:
         forced = request_id == self._forced
-        if self._gating and view.num_running > 0 and not self.gate.fits(view, request_id):
-            self.hold.held()
-            return False
+        if self._gating and view.num_running > 0:
+            if not self.gate.fits(view, request_id):
+                self.hold.held()
+                return False
+            # a host without a KV view (SGLang): every candidate fits, stop asking this step
+            self._gating = not self.gate.blind
         if not forced:
             state = decision_state(view.index, request_id)
             if (

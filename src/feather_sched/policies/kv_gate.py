@@ -114,6 +114,12 @@ class KvGate:
             self.ratio = max(MIN_RATIO, self.ratio - (INIT_RATIO - MIN_RATIO) / DECAY_STEPS)
         self._preemptions = seen
 
+    @property
+    def blind(self) -> bool:
+        """This step's host offers no KV view (known once `fits` was first asked): every
+        candidate fits, so a caller may stop asking until the next step."""
+        return self._blind
+
     def fits(self, view: SchedulerView, request_id: str) -> bool:
         """Would the candidate fit beside the running requests' growth at its peak? If so it
         joins this step's running set (the host is about to admit it).

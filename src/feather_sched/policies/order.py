@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from itertools import islice
 
 from feather_sched.cost.step_model import BatchShape, StepCostModel
 from feather_sched.policies.base import SchedulerView
@@ -194,23 +195,40 @@ class _Wave:
     no one, are computed in any order, so they are not counted; nor is a prefix the host
     still caches from finished requests (SGLang's radix tree, vLLM's prefix cache keep them
     after a burst's wave drains: its refill costs suffixes only), which only a probe of the
-    host's cache (`cached_blocks`) tells."""
+    host's cache (`cached_blocks`) tells.
+
+    The open prefixes are found only when a verdict needs them (`bounds`): no open prefix
+    is longer than its request's whole chain, so the wave's chains bound their prefill from
+    above for the price of one lookup a request, where finding them walks each request's
+    path in the CHT. Where outputs are long next to the prefill the free slots wait for (the
+    usual decode-heavy batch), that bound already settles the verdict."""
 
     def __init__(self, view: SchedulerView, free: int, budget: int) -> None:
         self.view, self.budget = view, budget
-        index = view.index
-        self.taken = self.output = 0
-        self.open: list[tuple[str, int, int]] = []
-        seen: set[tuple[int, int] | None] = set()
-        for rid in view.waiting_ids():
-            if self.taken == free:
-                break
-            self.output += view.request(rid).output_len
-            self.taken += 1
-            depth, prefix, held = index.shared_prefix(rid)
-            if depth > held and prefix not in seen:
-                seen.add(prefix)
-                self.open.append((rid, depth, held))
+        self.rids = list(islice(view.waiting_ids(), free))
+        self.taken = len(self.rids)
+        request, chunks = view.request, view.index.total_chunks
+        output = levels = 0
+        for rid in self.rids:  # one loop: every call here runs once a request a pass
+            output += request(rid).output_len
+            levels += chunks(rid)
+        self.output = output
+        self.ceiling = levels * view.index.chunk_size
+        """Prompt tokens in the wave's chains: at least the open prefixes' prefill."""
+
+    @property
+    def open(self) -> list[tuple[str, int, int]]:
+        """(request, depth, held) per distinct open prefix, in queue order (walked once)."""
+        found = getattr(self, "_open", None)
+        if found is None:
+            found, seen, index = [], set(), self.view.index
+            for rid in self.rids:
+                depth, prefix, held = index.shared_prefix(rid)
+                if depth > held and prefix not in seen:
+                    seen.add(prefix)
+                    found.append((rid, depth, held))
+            self._open = found
+        return found
 
     @classmethod
     def ahead(cls, view: SchedulerView) -> _Wave | float:
@@ -232,8 +250,10 @@ class _Wave:
         return taken * steps / 2 / (view.max_num_seqs * max(1.0, self.output / taken))
 
     def bounds(self) -> Iterator[tuple[int, int]]:
-        """(low, high) bounds on the wave's prefill, tightened by one cache probe each: first
-        with nothing probed (0, every open prefix uncached), last exact (low == high)."""
+        """(low, high) bounds on the wave's prefill, each tighter than the one before: first
+        the wave's chains (nothing walked), then every open prefix uncached (nothing
+        probed), then one cache probe each, the last exact (low == high)."""
+        yield 0, self.ceiling
         view, chunk = self.view, self.view.index.chunk_size
         high = sum(depth - held for _, depth, held in self.open) * chunk
         low = 0
