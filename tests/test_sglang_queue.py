@@ -5,6 +5,7 @@ test_sglang_integration.py."""
 from __future__ import annotations
 
 import copy
+import itertools
 import random
 from array import array
 from types import SimpleNamespace
@@ -355,10 +356,21 @@ class SGLangLists(RuleBasedStateMachine):
         self.n += 1
         self.waiting.append(req(f"{group}{self.n}", group))
 
+    def head_totals_agree(self):
+        """The wave's sums the adapter keeps (`head_totals`) are those read request by
+        request, at every length, whenever the list and the CHT are in step."""
+        q = self.q
+        for n in (1, 3, len(self.waiting) + 1):
+            rids = list(itertools.islice(q.waiting_ids(), n))
+            read = sum(q.request(r).output_len for r in rids)
+            levels = sum(map(q.index.total_chunks, rids))
+            assert q.head_totals(n) == (len(rids), read, levels)
+
     @rule(fits=st.integers(0, 4))
     def admission_pass(self, fits):
         self.q.begin_pass(self.waiting, self.running)
         self.q.check(self.waiting, self.running)
+        self.head_totals_agree()
         admitted = scheduler_loop(self.q, self.waiting, fits)
         done = set(map(id, admitted))
         self.waiting = [r for r in self.waiting if id(r) not in done]  # a new list, as SGLang
@@ -404,6 +416,7 @@ class SGLangLists(RuleBasedStateMachine):
     def idle_sync(self):
         self.q.sync(self.waiting, self.running)
         self.q.check(self.waiting, self.running)
+        self.head_totals_agree()
 
 
 TestSGLangLists = SGLangLists.TestCase

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["ListSnapshot", "RunningObjects", "move"]
+__all__ = ["ListSnapshot", "RunningObjects", "WaitingFigures", "move"]
 
 
 def move(entries: list, j: int, slot: int) -> None:
@@ -178,3 +178,48 @@ class RunningObjects:
             and key.keys() == set(running_ids)
             and all(objs.get(req) == rid == req.rid for rid, req in key.items())
         )
+
+
+class WaitingFigures:
+    """Figures of each request Feather holds waiting, keyed by the engine's object (hashed by
+    identity, as in `RunningObjects`), one dict a figure: a pass reads them for a run of
+    SGLang's list at C speed (`map` over a dict's `__getitem__`), where a Python call a
+    request costs ~1-2 us on the caches SGLang's own work sweeps. `order` is what the
+    binary search for a candidate's list position reads (`RequestTracker.order`); `output`
+    and `levels` (output tokens, CHT chain levels) are what the grouping judge's wave sums.
+    One object a rid: a request that waits again under a new object (SGLang may copy it)
+    drops the old one's figures."""
+
+    __slots__ = ("_obj", "levels", "order", "output")
+
+    def __init__(self) -> None:
+        self.order: dict[Any, int] = {}
+        self.output: dict[Any, int] = {}
+        self.levels: dict[Any, int] = {}
+        self._obj: dict[str, Any] = {}
+
+    def enter(self, req: Any, rid: str, figures: tuple[int, int, int]) -> None:
+        """`req` (request `rid`) waits (again): its (order, output, levels)."""
+        old = self._obj.get(rid)
+        if old is not None and old is not req:
+            self.leave(rid)
+        self._obj[rid] = req
+        self.order[req], self.output[req], self.levels[req] = figures
+
+    def leave(self, rid: str) -> None:
+        """`rid` is gone (no-op for one never recorded)."""
+        req = self._obj.pop(rid, None)
+        if req is not None:
+            del self.order[req], self.output[req], self.levels[req]
+
+    def of(self, req: Any) -> tuple[int | None, int | None, int | None]:
+        """(order, output, levels) recorded for `req` (None where it has none)."""
+        return self.order.get(req), self.output.get(req), self.levels.get(req)
+
+    def totals(self, entries: Sequence[Any]) -> tuple[int, int, int] | None:
+        """(entries, their output tokens, their chain levels); None if one is not recorded."""
+        try:
+            output = sum(map(self.output.__getitem__, entries))
+            return len(entries), output, sum(map(self.levels.__getitem__, entries))
+        except KeyError:
+            return None

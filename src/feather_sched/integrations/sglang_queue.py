@@ -33,7 +33,12 @@ from typing import Any
 
 from feather_sched.host.admission import AdmissionPass, Hosted, PolicyHost
 from feather_sched.host.tracker import RequestTracker, chunk_blocks
-from feather_sched.integrations.list_snapshot import ListSnapshot, RunningObjects, move
+from feather_sched.integrations.list_snapshot import (
+    ListSnapshot,
+    RunningObjects,
+    WaitingFigures,
+    move,
+)
 from feather_sched.integrations.sglang_fields import SGLANG_FIELDS, kv_need, rid_of
 from feather_sched.policies.base import Policy
 from feather_sched.request import Request
@@ -122,7 +127,7 @@ class SGLangQueue(Hosted):
         self.chunked_rid: str | None = None
         """The request SGLang is prefilling chunk by chunk: running, though in neither list."""
         self._chunk_pass = 0
-        self._queue: list = []
+        self._queue: Sequence[Any] = []
         self._pass: _Pass | None = None
         self._last_step: tuple[float, int, int] | None = None
         self.state_saver: PolicyStateSaver | None = None
@@ -133,10 +138,11 @@ class SGLangQueue(Hosted):
         """Feather adder subclasses built for this queue, by SGLang base class."""
         self.running_objects = RunningObjects()
         """SGLang's object of each request the CHT holds as running (`sync` diffs by it)."""
-        self._order_of: dict[Any, int] = {}
-        """Each waiting SGLang request's `RequestTracker.order`, keyed by the request object:
-        `_position`'s binary search reads it through `dict.__getitem__`, a C call per probe
-        (a Python key function cost ~0.8 us a probe between SGLang's own work)."""
+        self.figures = WaitingFigures()
+        """Each waiting SGLang request's figures, keyed by the request object: its
+        `RequestTracker.order`, which `_position`'s binary search reads through
+        `dict.__getitem__`, a C call per probe (a Python key function cost ~0.8 us a probe
+        between SGLang's own work); its output tokens and chain levels (`head_totals`)."""
 
     # ------------------------------------------------------------------ SchedulerView
     @property
@@ -157,6 +163,17 @@ class SGLangQueue(Hosted):
 
     def request(self, request_id: str) -> Request:
         return self.book.request(request_id)
+
+    def head_totals(self, n: int) -> tuple[int, int, int] | None:
+        """(requests, output tokens, CHT chain levels) of the first `n` waiting, for the
+        grouping judge's wave (`policies/order.py`), summed at C speed over `figures`. Read
+        right after a sync (the pass's start, where the judge asks), when the list holds
+        exactly the waiting; None when its length says otherwise (admitted requests stay
+        listed until the pass ends), and the judge then reads them one by one."""
+        queue = self._queue
+        if len(queue) != self.index.num_waiting:
+            return None
+        return self.figures.totals(queue[:n])
 
     def arrival_time(self, request_id: str) -> float:
         """When Feather first saw the request waiting (reset when it is retracted)."""
@@ -192,7 +209,6 @@ class SGLangQueue(Hosted):
         `running=None` (a caller without a running batch) leaves the running side alone.
         """
         book = self.book
-        run = book.running_ids
         left, joined, listed = self._list_changes(waiting_queue)
         chunked = self._live_chunked(listed)
         cur = None if running is None else set(running)  # by identity, as SGLang's own sets
@@ -212,29 +228,37 @@ class SGLangQueue(Hosted):
             for rid in objs.left(cur):
                 if rid not in joined:
                     self._forget(rid)
-        # joined the list: retracted/preempted running requests, or new arrivals
-        fresh: set[str] = set()
-        for rid in joined:
-            if rid in run:
-                self._wait(book.engine_request(rid), now)  # waits again from now
-                self.num_preemptions += 1
-            else:
-                fresh.add(rid)
-        if fresh:
-            # New arrivals are appended to SGLang's list: find them from the end, then add
-            # them in list order, which is the CHT's within-group order (oldest first).
-            found: list[Any] = []
-            for req in reversed(waiting_queue):
-                if req.rid in fresh:
-                    found.append(req)
-                    if len(found) == len(fresh):
-                        break
-            self._add_new(reversed(found), fresh, now, running=False)
+        if joined:
+            self._rejoin(waiting_queue, joined, now)
         # Feather's running requests are now all in `cur` (those that left were forgotten or
         # wait again): any more in `cur` run unseen (e.g. Feather enabled mid-flight)
         if moved and cur is not None and len(cur) != len(objs):
             self._add_unseen_running(cur, chunked, now)
         self.snapshot.take(waiting_queue)
+        self._queue = waiting_queue
+
+    def _rejoin(self, waiting_queue: Sequence[Any], joined: set[str], now: float) -> None:
+        """The requests that joined the list, in list order (found from its end, where SGLang
+        appends them; the CHT's within-group order is list order, oldest first): retracted
+        or preempted running ones wait again from now, under the object the list holds;
+        the rest are new arrivals."""
+        found: list[Any] = []
+        for req in reversed(waiting_queue):
+            if req.rid in joined:
+                found.append(req)
+                if len(found) == len(joined):
+                    break
+        run, fresh = self.book.running_ids, set()
+        arrivals: list[Any] = []
+        for req in reversed(found):
+            if req.rid in run:
+                self._wait(req, now)
+                self.num_preemptions += 1
+            else:
+                arrivals.append(req)
+                fresh.add(req.rid)
+        if arrivals:
+            self._add_new(iter(arrivals), fresh, now, running=False)
 
     def _add_unseen_running(self, cur: set, chunked: str | None, now: float) -> None:
         """The requests of the running batch `cur` (a set of SGLang's objects) that Feather
@@ -307,13 +331,15 @@ class SGLangQueue(Hosted):
         self.stats.hashed = book.hashed
 
     def _wait(self, req: Any, now: float) -> None:
-        self.running_objects.unmark(req.rid)
-        self.book.waiting(req, now)
-        self._order_of[req] = self.book.order(req.rid)
+        rid, book = req.rid, self.book
+        self.running_objects.unmark(rid)
+        book.waiting(req, now)
+        figures = (book.order(rid), book.request(rid).output_len, self.index.total_chunks(rid))
+        self.figures.enter(req, rid, figures)
 
     def _forget(self, rid: str) -> None:
         self.running_objects.unmark(rid)
-        self._order_of.pop(self.book.engine_request(rid), None)
+        self.figures.leave(rid)
         self.book.forget(rid)
 
     def _run(self, req: Any, now: float) -> None:
@@ -340,7 +366,6 @@ class SGLangQueue(Hosted):
         # no radix cache: SGLang's own test, `disable` absent counting as off (read once)
         self._radix_on = not getattr(self.tree_cache, "disable", True)
         self.sync(waiting_queue, running)
-        self._queue = waiting_queue
         p = self._pass = _Pass(
             waiting_queue, self.host.begin(self, self.book.waiting_ids.__contains__)
         )
@@ -507,7 +532,7 @@ class SGLangQueue(Hosted):
         request in ~14 probes at 10,000 waiting, where `list.index` compares entry after
         entry. A list not sorted there (SGLang's own re-sort) fails the identity check and
         falls back to the scan."""
-        order = self._order_of
+        order = self.figures.order
         try:
             i = bisect_left(queue, order[req], lo=slot, key=order.__getitem__)
         except KeyError:  # an entry Feather never saw waiting: not sorted there
@@ -565,3 +590,9 @@ class SGLangQueue(Hosted):
             raise AssertionError("CHT counts disagree with SGLang's lists")
         if not self.running_objects.agrees(running_ids):
             raise AssertionError("the running objects disagree with the CHT")
+        book, figures = self.book, self.figures
+        for req in waiting_queue:
+            rid = req.rid
+            want = (book.order(rid), book.request(rid).output_len, self.index.total_chunks(rid))
+            if figures.of(req) != want:
+                raise AssertionError(f"the waiting figures of {rid!r} disagree with the CHT")

@@ -201,25 +201,42 @@ class _Wave:
     is longer than its request's whole chain, so the wave's chains bound their prefill from
     above for the price of one lookup a request, where finding them walks each request's
     path in the CHT. Where outputs are long next to the prefill the free slots wait for (the
-    usual decode-heavy batch), that bound already settles the verdict."""
+    usual decode-heavy batch), that bound already settles the verdict. A host may keep the
+    wave's sums itself (`head_totals(n)`: requests, output tokens and chain levels of its
+    first `n` waiting, or None where it cannot say; the SGLang adapter sums figures kept per
+    request at C speed); else they are read request by request."""
 
     def __init__(self, view: SchedulerView, free: int, budget: int) -> None:
-        self.view, self.budget = view, budget
-        self.rids = list(islice(view.waiting_ids(), free))
-        self.taken = len(self.rids)
-        request, chunks = view.request, view.index.total_chunks
-        output = levels = 0
-        for rid in self.rids:  # one loop: every call here runs once a request a pass
-            output += request(rid).output_len
-            levels += chunks(rid)
-        self.output = output
+        self.view, self.budget, self._free = view, budget, free
+        self._rids: list[str] | None = None
+        self._open: list[tuple[str, int, int]] | None = None
+        head_totals = getattr(view, "head_totals", None)
+        totals = head_totals(free) if head_totals is not None else None
+        self.taken, self.output, levels = totals if totals is not None else self._totals()
         self.ceiling = levels * view.index.chunk_size
         """Prompt tokens in the wave's chains: at least the open prefixes' prefill."""
 
     @property
+    def rids(self) -> list[str]:
+        """The wave's request ids, in queue order (read once, when first needed)."""
+        if self._rids is None:
+            self._rids = list(islice(self.view.waiting_ids(), self._free))
+        return self._rids
+
+    def _totals(self) -> tuple[int, int, int]:
+        """(requests, output tokens, chain levels) of the wave, read request by request (a
+        host's `head_totals` gives them at once, where it keeps them)."""
+        request, chunks = self.view.request, self.view.index.total_chunks
+        output = levels = 0
+        for rid in self.rids:  # one loop: every call here runs once a request a pass
+            output += request(rid).output_len
+            levels += chunks(rid)
+        return len(self.rids), output, levels
+
+    @property
     def open(self) -> list[tuple[str, int, int]]:
         """(request, depth, held) per distinct open prefix, in queue order (walked once)."""
-        found = getattr(self, "_open", None)
+        found = self._open
         if found is None:
             found, seen, index = [], set(), self.view.index
             for rid in self.rids:
