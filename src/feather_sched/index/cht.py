@@ -123,10 +123,7 @@ class ChunkedHashTree:
 
     def total_chunks(self, request_id: str) -> int:
         """Levels of its chain (its prompt's chunks): a bound on any depth it shares. O(1)."""
-        node = self._leaf.get(request_id)
-        if node is None:
-            self._known(request_id)  # raises
-        return node.end
+        return self._leaf[self._known(request_id)].end
 
     def keys_of(self, request_id: str) -> KeyChain:
         """Its keys `(level, digest)`, level 0 first; `len()` is O(1), items are built on
@@ -563,10 +560,10 @@ class ChunkedHashTree:
         heapq.heappush(self._hot, (-key[0], self._hot_seq, key))
 
     def _drop_stale_hot(self) -> None:
+        """Pop stale heap heads; compact if stale entries dominate (memory tracks the batch)."""
         hot = self._hot
         while hot and self._hot_node(hot[0][2]) is None:
             del self._in_hot[heapq.heappop(hot)[2]]
-        # compact if stale entries dominate, so memory tracks the live running set
         if len(hot) > 64 and len(hot) > 4 * self._running_keys:
             live = [e for e in hot if self._hot_node(e[2]) is not None]
             self._in_hot = {e[2]: self._in_hot[e[2]] for e in live}
