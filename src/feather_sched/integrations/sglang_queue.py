@@ -331,11 +331,14 @@ class SGLangQueue(Hosted):
         self.stats.hashed = book.hashed
 
     def _wait(self, req: Any, now: float) -> None:
-        rid, book = req.rid, self.book
+        rid = req.rid
         self.running_objects.unmark(rid)
-        book.waiting(req, now)
-        figures = (book.order(rid), book.request(rid).output_len, self.index.total_chunks(rid))
-        self.figures.enter(req, rid, figures)
+        self.book.waiting(req, now)
+        self.figures.enter(req, rid, self._figures_of(rid))
+
+    def _figures_of(self, rid: str) -> tuple[int, int, int]:
+        """What `figures` records for a waiting request: (list order, output, chain levels)."""
+        return self.book.order(rid), self.book.request(rid).output_len, self.index.total_chunks(rid)
 
     def _forget(self, rid: str) -> None:
         self.running_objects.unmark(rid)
@@ -590,9 +593,6 @@ class SGLangQueue(Hosted):
             raise AssertionError("CHT counts disagree with SGLang's lists")
         if not self.running_objects.agrees(running_ids):
             raise AssertionError("the running objects disagree with the CHT")
-        book, figures = self.book, self.figures
         for req in waiting_queue:
-            rid = req.rid
-            want = (book.order(rid), book.request(rid).output_len, self.index.total_chunks(rid))
-            if figures.of(req) != want:
-                raise AssertionError(f"the waiting figures of {rid!r} disagree with the CHT")
+            if self.figures.of(req) != self._figures_of(req.rid):
+                raise AssertionError(f"the waiting figures of {req.rid!r} disagree with the CHT")
