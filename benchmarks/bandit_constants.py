@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 
-from feather_sched.bench.machine import write_record
-from feather_sched.bench.suite import BenchSpec, build_workload
+from feather_lab.bench.machine import write_record
+from feather_lab.bench.suite import BenchSpec, build_workload
+from feather_lab.sim.engine import simulate
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.feather import FeatherPolicy
-from feather_sched.sim.engine import simulate
 
 VARIANTS: dict[str, tuple[float, float]] = {
     "alpha": (0.05, 0.2),

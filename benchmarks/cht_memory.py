@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from feather_sched.bench.machine import write_record
+from feather_lab.bench.machine import write_record
 from feather_sched.index.cht import ChunkedHashTree
 
 

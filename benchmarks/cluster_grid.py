@@ -20,9 +20,9 @@ import argparse
 import json
 from concurrent.futures import ProcessPoolExecutor
 
-from feather_sched.bench.cluster import ClusterBenchSpec, add_router_relative, run_cluster_bench
-from feather_sched.bench.machine import write_record
-from feather_sched.bench.suite import BenchSpec
+from feather_lab.bench.cluster import ClusterBenchSpec, add_router_relative, run_cluster_bench
+from feather_lab.bench.machine import write_record
+from feather_lab.bench.suite import BenchSpec
 
 WORKLOADS = (
     "shared-prefix",

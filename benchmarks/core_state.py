@@ -36,7 +36,7 @@ from typing import Any
 
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from feather_sched.integrations.vllm import FeatherScheduler
+from feather_sched.vllm.scheduler import FeatherScheduler
 
 STATE_ENV = "FEATHER_CORE_STATE"
 """The JSON-lines file the engine core writes its snapshots to."""

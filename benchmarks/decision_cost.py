@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 
-from feather_sched.bench.machine import write_record
+from feather_lab.bench.machine import write_record
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
+from feather_lab.workloads import SharedPrefixWorkload
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.registry import make_policy
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
-from feather_sched.workloads import SharedPrefixWorkload
 
 POLICIES = ["fcfs", "lpm", "grouped", "feather", "feather+prior"]
 # feather+prior: feather with the run's own step-cost model as its prior (as `feather bench`)

@@ -18,13 +18,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from feather_sched.bench.machine import write_record
-from feather_sched.bench.suite import SUITE, BenchSpec, build_workload
+from feather_lab.bench.machine import write_record
+from feather_lab.bench.suite import SUITE, BenchSpec, build_workload
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.feather import FeatherPolicy
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
 
 
 def main() -> None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 
-from feather_sched.bench.machine import write_record
-from feather_sched.bench.oracle import oracle_sweep
-from feather_sched.bench.suite import BenchSpec, build_workload
+from feather_lab.bench.machine import write_record
+from feather_lab.bench.oracle import oracle_sweep
+from feather_lab.bench.suite import BenchSpec, build_workload
+from feather_lab.sim.engine import simulate
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.registry import make_policy
-from feather_sched.sim.engine import simulate
 
 WORKLOADS = [
     "shared-prefix",

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 
-from feather_sched import simulate
-from feather_sched.bench.machine import write_record
-from feather_sched.workloads.registry import make_workload
+from feather_lab import simulate
+from feather_lab.bench.machine import write_record
+from feather_lab.workloads.registry import make_workload
 
 SHAPES = {
     "docqa-long": (

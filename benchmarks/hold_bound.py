@@ -17,15 +17,15 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from feather_sched.bench.machine import write_record
+from feather_lab.bench.machine import write_record
+from feather_lab.harness.vllm_spec import engine_scale, engine_workload
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
 from feather_sched.cost import StepCostModel, load_hardware, load_model
-from feather_sched.harness.vllm_spec import engine_scale, engine_workload
 from feather_sched.policies.base import Policy
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.registry import make_policy
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
 
 PROFILE = str(Path(__file__).with_name("cpu-kv-bound-fitted.json"))
 ENGINE = EngineConfig(

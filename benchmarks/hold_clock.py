@@ -21,7 +21,7 @@ from pathlib import Path
 
 from hold_bound import Run, sweep
 
-from feather_sched.bench.machine import write_record
+from feather_lab.bench.machine import write_record
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.base import SchedulerView
 from feather_sched.policies.feather import FeatherPolicy

@@ -60,17 +60,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
-    from feather_sched.integrations.vllm_local import CPU_THREAD_DEFAULTS
+    from feather_sched.vllm.local import CPU_THREAD_DEFAULTS
 
     os.environ.update(CPU_THREAD_DEFAULTS)  # before torch is imported: one OpenMP thread
     sys.path.insert(0, str(HERE))
     from core_state import STATE_ENV
 
-    from feather_sched.bench.machine import write_record
-    from feather_sched.bench.runner import config_provenance
-    from feather_sched.harness.vllm_engine import engine_env_defaults, model_dir, run_once
-    from feather_sched.harness.vllm_spec import VllmBenchSpec, engine_workload
-    from feather_sched.integrations.vllm_local import scheduler_of
+    from feather_lab.bench.machine import write_record
+    from feather_lab.bench.runner import config_provenance
+    from feather_lab.harness.vllm_engine import engine_env_defaults, model_dir, run_once
+    from feather_lab.harness.vllm_spec import VllmBenchSpec, engine_workload
+    from feather_sched.vllm.local import scheduler_of
 
     engine_env_defaults()
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"

@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from feather_sched.bench.context import fit_context
-from feather_sched.bench.machine import write_record
-from feather_sched.bench.suite import BenchSpec, build_workload
+from feather_lab.bench.context import fit_context
+from feather_lab.bench.machine import write_record
+from feather_lab.bench.suite import BenchSpec, build_workload
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.feather import FeatherPolicy
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
 
 KV_BOUND_PROFILE = str(Path(__file__).with_name("cpu-kv-bound-fitted.json"))
 

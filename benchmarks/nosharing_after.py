@@ -103,7 +103,7 @@ def _run(args: argparse.Namespace, rep: int, servers, endpoints, logs, work, rec
     from core_state import request_snapshot
     from replay_cpu import _measured_run
 
-    from feather_sched.replay.runner import ReplaySpec
+    from feather_lab.replay.runner import ReplaySpec
 
     order = [0, 1] if rep % 2 == 0 else [1, 0]
     spec = ReplaySpec(LABELS)
@@ -131,7 +131,7 @@ def _line(row: dict[str, Any], snap: dict[str, Any]) -> str:
 
 
 def _write(args: argparse.Namespace, record: dict[str, Any]) -> None:
-    from feather_sched.bench.machine import write_record
+    from feather_lab.bench.machine import write_record
 
     write_record(args.json, config=record["config"], runs=record["runs"],
                  starts=record["starts"], summary=summary(record["runs"], args.phases))  # fmt: skip
@@ -264,11 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     from replay_ab import server_specs
     from replay_cpu import _held
 
-    from feather_sched.bench.runner import config_provenance
-    from feather_sched.bench.suite import BenchSpec
-    from feather_sched.harness.vllm_server import served
-    from feather_sched.replay.client import preflight
-    from feather_sched.replay.workload import replay_workloads
+    from feather_lab.bench.runner import config_provenance
+    from feather_lab.bench.suite import BenchSpec
+    from feather_lab.harness.vllm_server import served
+    from feather_lab.replay.client import preflight
+    from feather_lab.replay.workload import replay_workloads
 
     args.out.mkdir(parents=True, exist_ok=True)
     config = {**config_provenance(), "scenario": args.scenario, "model": "kv-bound"}

@@ -15,9 +15,9 @@ from collections import defaultdict
 
 from replay_ab import PRIOR
 
-from feather_sched.cli.bench import feather_prior_options
-from feather_sched.harness import vllm_engine as ve
-from feather_sched.harness.vllm_spec import ENGINE_SCALES, VllmBenchSpec, engine_workload
+from feather_lab.cli.bench import feather_prior_options
+from feather_lab.harness import vllm_engine as ve
+from feather_lab.harness.vllm_spec import ENGINE_SCALES, VllmBenchSpec, engine_workload
 
 TIMED = {"model_executor": ("execute_model", "sample_tokens"),
          "scheduler": ("schedule", "update_from_output")}  # fmt: skip

@@ -25,17 +25,17 @@ from pathlib import Path
 
 from replay_ab import server_specs
 
-from feather_sched.bench.suite import BenchSpec
-from feather_sched.harness.vllm_server import (
+from feather_lab.bench.suite import BenchSpec
+from feather_lab.harness.vllm_server import (
     ServerSpec,
     proc_stat,
     process_cpu_s,
     process_levels,
     served,
 )
-from feather_sched.replay.client import preflight
-from feather_sched.replay.runner import ReplaySpec, run_once
-from feather_sched.replay.workload import replay_workloads
+from feather_lab.replay.client import preflight
+from feather_lab.replay.runner import ReplaySpec, run_once
+from feather_lab.replay.workload import replay_workloads
 
 KINDS = ("vllm", "feather-off", "feather")
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from feather_sched.bench.context import fit_context
-from feather_sched.bench.machine import write_record
-from feather_sched.bench.suite import build_workload
+from feather_lab.bench.context import fit_context
+from feather_lab.bench.machine import write_record
+from feather_lab.bench.suite import build_workload
+from feather_lab.sim.engine import simulate
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.registry import make_policy
-from feather_sched.sim.engine import simulate
 
 MODEL = "llama-3.1-8b"
 PRIOR = {"hardware": "h100", "model": MODEL}

@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from feather_sched.bench.machine import write_record
+from feather_lab.bench.machine import write_record
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
+from feather_lab.sim.scheduler_cpu import load_scheduler_cpu
+from feather_lab.workloads.registry import make_workload
 from feather_sched.cost import StepCostModel
-from feather_sched.cost.scheduler_cpu import load_scheduler_cpu
 from feather_sched.policies.registry import make_policy
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
-from feather_sched.workloads.registry import make_workload
 
 HARDWARE = "h200"
 MODEL = "llama-3.1-8b"

@@ -34,13 +34,13 @@ from pathlib import Path
 
 from queue_sweep import HARDWARE, MODEL, SHAPE, traffic
 
-from feather_sched.bench.machine import write_record
+from feather_lab.bench.machine import write_record
+from feather_lab.harness.sglang_bench import _run_row
+from feather_lab.harness.sglang_engine import serve
+from feather_lab.harness.sglang_spec import ServeRequest, ServeSpec
+from feather_lab.harness.tiny_llama import TINY_LLAMA
+from feather_lab.sim.config import EngineConfig
 from feather_sched.cost import StepCostModel
-from feather_sched.harness.sglang_bench import _run_row
-from feather_sched.harness.sglang_engine import serve
-from feather_sched.harness.sglang_spec import ServeRequest, ServeSpec
-from feather_sched.harness.tiny_llama import TINY_LLAMA
-from feather_sched.sim.config import EngineConfig
 
 POLICIES = ("fcfs", "lpm", "dfs-weight", "hrrn", "feather")
 SGLANG_OWN = ("fcfs", "lpm", "dfs-weight", "hrrn")

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import queue_sweep_sglang as Q
 
-from feather_sched.harness import sglang_engine as E
+from feather_lab.harness import sglang_engine as E
 
 TIMES: dict[str, list] = {}
 SPREAD = [0, 0.0, 0.0]  # batches seen, 64 KiB regions per member, MiB spanned
@@ -90,7 +90,7 @@ def main(argv: list[str]) -> dict:
     n, policy, out = int(argv[0]), argv[1], argv[2]
     spec = spec_for(n, policy)
     E._plugin_env(spec)
-    from feather_sched.integrations.sglang_cpu import prepare_cpu_import
+    from feather_sched.sglang.cpu import prepare_cpu_import
 
     prepare_cpu_import()
     import sglang.srt.plugins as plugins

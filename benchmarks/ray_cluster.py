@@ -26,17 +26,17 @@ import ray
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
-from feather_sched.bench.machine import write_record
-from feather_sched.bench.suite import BenchSpec
+from feather_lab.bench.machine import write_record
+from feather_lab.bench.suite import BenchSpec
+from feather_lab.harness.ray_emulated import EmulatedEngine
+from feather_lab.sim.cluster import simulate_cluster
+from feather_lab.sim.config import EngineConfig
+from feather_lab.workloads.presets import build_workload, paper
 from feather_sched.cost.step_model import StepCostModel
-from feather_sched.harness.ray_emulated import EmulatedEngine
-from feather_sched.integrations.ray_serve import CompletionRequest, FeatherRequestRouter
 from feather_sched.policies.registry import make_policy
+from feather_sched.ray.router import CompletionRequest, FeatherRequestRouter
 from feather_sched.routing.prefix_tree import tokens_to_text
 from feather_sched.routing.rules import REPLICA_POLICY, make_rule
-from feather_sched.sim.cluster import simulate_cluster
-from feather_sched.sim.config import EngineConfig
-from feather_sched.workloads.presets import build_workload, paper
 
 RAY_PREFIX_ROUTER = (
     "ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router:"

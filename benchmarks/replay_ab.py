@@ -20,9 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from feather_sched.harness.tiny_llama import KV_BOUND, build_tiny_llama
-from feather_sched.harness.vllm_server import ServerSpec, vllm_servers
-from feather_sched.harness.vllm_spec import ENGINE_SCALES
+from feather_lab.harness.tiny_llama import KV_BOUND, build_tiny_llama
+from feather_lab.harness.vllm_server import ServerSpec, vllm_servers
+from feather_lab.harness.vllm_spec import ENGINE_SCALES
 
 HERE = Path(__file__).resolve().parent
 PRIOR = HERE / "cpu-kv-bound-fitted.json"
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args, replay_args = parser.parse_known_args(argv)
     specs = server_specs(args.scenario, args.cache, args.model_in_core)
     with tempfile.TemporaryDirectory() as logs, vllm_servers(specs, Path(logs)) as urls:
-        cmd = [sys.executable, "-m", "feather_sched.cli", "replay", *urls]
+        cmd = [sys.executable, "-m", "feather_lab.cli", "replay", *urls]
         cmd += ["--label", "vllm,feather", "--model", "kv-bound", "--scenario", args.scenario]
         cmd += ["--json", str(args.json), *replay_args]
         print(" ".join(cmd[2:]), flush=True)

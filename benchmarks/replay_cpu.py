@@ -40,15 +40,15 @@ from typing import Any
 
 from replay_ab import MODEL_IN_CORE_HELP, PRIOR, SCENARIOS, server_specs
 
-from feather_sched.bench.machine import write_record
-from feather_sched.bench.runner import config_provenance
-from feather_sched.bench.suite import BenchSpec
-from feather_sched.harness.vllm_server import Served, machine_busy_s, process_cpu_s, served
-from feather_sched.replay.client import ClientOptions, preflight
-from feather_sched.replay.report import replay_config
-from feather_sched.replay.runner import ReplaySpec, run_once, summarize
-from feather_sched.replay.summary import median_row
-from feather_sched.replay.workload import replay_workloads
+from feather_lab.bench.machine import write_record
+from feather_lab.bench.runner import config_provenance
+from feather_lab.bench.suite import BenchSpec
+from feather_lab.harness.vllm_server import Served, machine_busy_s, process_cpu_s, served
+from feather_lab.replay.client import ClientOptions, preflight
+from feather_lab.replay.report import replay_config
+from feather_lab.replay.runner import ReplaySpec, run_once, summarize
+from feather_lab.replay.summary import median_row
+from feather_lab.replay.workload import replay_workloads
 
 LABELS = ("vllm", "feather")
 
@@ -84,7 +84,7 @@ def _measured_run(
 
 def _inprocess(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     """One in-process bench run (both schedulers) of the in-process workloads: its rows."""
-    cmd = [sys.executable, "-m", "feather_sched.cli", "bench", "--engine", "vllm"]
+    cmd = [sys.executable, "-m", "feather_lab.cli", "bench", "--engine", "vllm"]
     cmd += ["--model", "kv-bound", "-w", args.inprocess_workloads, "--policies", "feather"]
     cmd += ["--num-kv-blocks", str(SCENARIOS[args.scenario]), "--repeats", "1"]
     cmd += ["--max-batched-tokens", "8192", "--feather-hardware", str(PRIOR), "--json", str(out)]

@@ -33,8 +33,8 @@ from typing import Any
 
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from feather_sched.bench.steplog import StepRecorder
-from feather_sched.integrations.vllm import FeatherScheduler
+from feather_lab.bench.steplog import StepRecorder
+from feather_sched.vllm.scheduler import FeatherScheduler
 
 HERE = Path(__file__).resolve().parent
 STEPS_ENV = "FEATHER_STEPS_OUT"
@@ -224,17 +224,17 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(HERE))
     from replay_ab import SCENARIOS
 
-    from feather_sched.bench.suite import BenchSpec
-    from feather_sched.harness.vllm_server import (
+    from feather_lab.bench.suite import BenchSpec
+    from feather_lab.harness.vllm_server import (
         machine_busy_s,
         pin_server,
         pin_threads,
         process_cpu_s,
         served,
     )
-    from feather_sched.replay.client import ClientOptions, preflight
-    from feather_sched.replay.runner import ReplaySpec, run_once
-    from feather_sched.replay.workload import replay_workloads
+    from feather_lab.replay.client import ClientOptions, preflight
+    from feather_lab.replay.runner import ReplaySpec, run_once
+    from feather_lab.replay.workload import replay_workloads
 
     args = _parse(argv, sorted(SCENARIOS))
     if args.show:
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         for run in runs:
             print(json.dumps(run))
         if args.record is not None:
-            from feather_sched.bench.machine import write_record
+            from feather_lab.bench.machine import write_record
 
             write_record(args.record, runs=runs)
         return 0

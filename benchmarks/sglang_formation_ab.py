@@ -38,8 +38,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from feather_sched.bench.machine import write_record
-from feather_sched.harness import sglang_pass as H
+from feather_lab.bench.machine import write_record
+from feather_lab.harness import sglang_pass as H
 
 ARMS = ("lpm", "lpm-unlevelled", "lpm-grouped-list", "feather", "feather-memmove")
 
@@ -67,7 +67,8 @@ def formation_ms(
     tree each: cheaper where those 128 share few prefixes, as a grouped list's do; unless
     `refresh`, only the method's checks before it returns, ~0.05 ms: the bench's formation is
     a pass without the refresh, `sglang_pass.common_pass`)."""
-    from feather_sched.integrations import list_snapshot, sglang_queue
+    from feather_sched.sglang import queue as sglang_queue
+    from feather_sched.sglang import snapshot as list_snapshot
 
     tree, alloc = s.tree()
     name = "lpm" if arm.startswith("lpm") else "feather"

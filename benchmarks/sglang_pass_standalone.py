@@ -27,11 +27,11 @@ import sys
 import time
 from types import SimpleNamespace
 
-from feather_sched.bench.machine import write_record
-from feather_sched.harness.sglang_loop import StandInReq, scheduler_loop
-from feather_sched.harness.sglang_pass import PREFIX_LEN, prefix_pool, prompt
-from feather_sched.integrations.sglang_queue import SGLangQueue
+from feather_lab.bench.machine import write_record
+from feather_lab.harness.sglang_loop import StandInReq, scheduler_loop
+from feather_lab.harness.sglang_pass import PREFIX_LEN, prefix_pool, prompt
 from feather_sched.policies.registry import make_policy
+from feather_sched.sglang.queue import SGLangQueue
 
 ADMITTED = 17
 """Requests SGLang's adder admits in `feather sglang-bench`'s formation at this workload."""

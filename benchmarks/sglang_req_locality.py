@@ -13,7 +13,7 @@ import statistics
 import time
 from array import array
 
-from feather_sched.integrations.sglang_cpu import prepare_cpu_import
+from feather_sched.sglang.cpu import prepare_cpu_import
 
 N, BATCH, GROUPS, BATCH_GROUPS = 10_000, 224, 64, 9
 

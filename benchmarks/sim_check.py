@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from feather_sched.bench.machine import write_record
-from feather_sched.bench.suite import build_workload
+from feather_lab.bench.machine import write_record
+from feather_lab.bench.suite import build_workload
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
+from feather_lab.sim.result import TIMING_KEYS
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.registry import make_policy
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
-from feather_sched.sim.result import TIMING_KEYS
 
 WORKLOADS = ["shared-prefix", "long-prefix", "document-qa", "multi-turn", "tree", "no-sharing"]
 WORKLOADS += ["paper-5g"]

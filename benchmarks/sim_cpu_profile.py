@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 
-from feather_sched.bench.machine import write_record
+from feather_lab.bench.machine import write_record
+from feather_lab.harness.vllm_engine import ENGINE_SCALES, VllmBenchSpec, engine_workload
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
 from feather_sched.cost import StepCostModel
-from feather_sched.harness.vllm_engine import ENGINE_SCALES, VllmBenchSpec, engine_workload
 from feather_sched.policies.registry import make_policy
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
 
 
 def main() -> None:

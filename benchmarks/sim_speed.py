@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from feather_sched.bench.machine import write_record
-from feather_sched.bench.suite import build_workload
+from feather_lab.bench.machine import write_record
+from feather_lab.bench.suite import build_workload
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.registry import make_policy
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
 
 POLICIES = ["fcfs", "lpm", "dfs-weight", "lof", "random", "max-homogeneous", "grouped", "feather"]
 

@@ -17,12 +17,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from feather_sched.api import simulate
-from feather_sched.bench.machine import write_record
+from feather_lab.api import simulate
+from feather_lab.bench.machine import write_record
+from feather_lab.workloads.presets import PRESETS
 from feather_sched.cost.resolve import resolve_cost
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.hold import STOP_DELAY_SHARE, StopDelay
-from feather_sched.workloads.presets import PRESETS
 
 MODEL = "llama-3.1-8b"
 FIELDS = ("output_tok_s", "ttft_p50_s", "ttft_p99_s", "policy_stops")

@@ -29,12 +29,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import queue_sweep as Q
 
-from feather_sched.bench.machine import write_record
+from feather_lab.bench.machine import write_record
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.order import GroupingJudge
 from feather_sched.policies.registry import make_policy
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
 
 ROWS = ("fcfs", "feather", "feather-engine-order")
 OUTPUTS = {"fixed": None, "jittered": (64, 192)}

@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--label", default="", help="A note stored with the rows (e.g. CHT).")
     args = parser.parse_args()
 
-    from feather_sched.harness.vllm_engine import (
+    from feather_lab.harness.vllm_engine import (
         VllmBenchSpec,
         _set_policy,
         _warm_up,
@@ -92,7 +92,7 @@ def main() -> None:
     import dataclasses
     import os
 
-    from feather_sched.harness.tiny_llama import TINY_LLAMA, build_tiny_llama
+    from feather_lab.harness.tiny_llama import TINY_LLAMA, build_tiny_llama
 
     length = args.prefix + args.suffix
     max_len = 1 << (length + 64 - 1).bit_length()
@@ -150,7 +150,7 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         rows.append(row)
         del llm
-    from feather_sched.bench.machine import write_record
+    from feather_lab.bench.machine import write_record
 
     write_record(args.out, rows=rows, workload=vars(args))
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 from typer.testing import CliRunner
 
+from feather_lab.cli import app
+from feather_lab.workloads.traces import write_jsonl
 from feather_sched import Request
-from feather_sched.cli import app
-from feather_sched.workloads.traces import write_jsonl
 
 runner = CliRunner()
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from feather_lab.cli import app
+from feather_lab.workloads.traces import write_jsonl
 from feather_sched import Request
-from feather_sched.cli import app
-from feather_sched.workloads.traces import write_jsonl
 
 runner = CliRunner()
 
@@ -176,7 +176,7 @@ def test_bad_bench_input_is_a_clean_error(
 
 
 def test_json_is_written_before_a_failing_plot(files: dict[str, Path], tmp_path: Path, monkeypatch):
-    from feather_sched.bench import report
+    from feather_lab.bench import report
 
     def broken(*_a, **_k):
         raise RuntimeError("no display")
@@ -193,7 +193,7 @@ def test_json_is_written_before_a_failing_plot(files: dict[str, Path], tmp_path:
 def test_an_interrupted_bench_keeps_its_finished_rows(
     files: dict[str, Path], tmp_path: Path, monkeypatch
 ) -> None:
-    from feather_sched.bench import suite
+    from feather_lab.bench import suite
 
     real = suite.simulate
     calls = []

@@ -13,9 +13,9 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from feather_lab.cli import app
+from feather_lab.workloads.traces import write_jsonl
 from feather_sched import Request
-from feather_sched.cli import app
-from feather_sched.workloads.traces import write_jsonl
 
 runner = CliRunner()
 LATENCY_FIELDS = ("ttft_p99_s", "tpot_p99_s", "latency_p99_s", "goodput_req_s")
@@ -200,10 +200,12 @@ def test_readme_documents_every_bench_option() -> None:
 
 
 def test_public_api() -> None:
+    import feather_lab
     import feather_sched
-    from feather_sched import SLO, make_workload, simulate, workload_requests
+    from feather_lab import SLO, make_workload, simulate, workload_requests
 
-    assert {"simulate", "SLO", "Request", "make_workload"} <= set(feather_sched.__all__)
+    assert {"Request", "make_policy", "policy_names"} <= set(feather_sched.__all__)
+    assert {"simulate", "SLO", "make_workload", "workload_requests"} <= set(feather_lab.__all__)
     reqs = workload_requests("no-sharing")[:20]
     result = simulate(reqs, "fcfs", hardware="h100-free-l2", model="llama-3.1-8b")
     row = result.summary(SLO(ttft_s=100.0))
@@ -214,7 +216,7 @@ def test_public_api() -> None:
 def test_one_slo_rule_for_the_simulator_and_the_replay():
     """`SLO.within` is the rule both goodputs count by: an unknown TTFT (no token seen)
     fails a TTFT bound, an unknown TPOT (a one-token output) meets any bound."""
-    from feather_sched.sim.result import SLO
+    from feather_lab.sim.result import SLO
 
     slo = SLO(ttft_s=1.0, tpot_s=0.1)
     assert slo.within(0.5, 0.05) and slo.within(1.0, None)

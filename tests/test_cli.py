@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from feather_lab.bench.index_bench import IndexBenchCase, make_queue, run_cases
+from feather_lab.cli import app
+from feather_lab.workloads.traces import write_jsonl
 from feather_sched import Request
-from feather_sched.bench.index_bench import IndexBenchCase, make_queue, run_cases
-from feather_sched.cli import app
-from feather_sched.workloads.traces import write_jsonl
 
 runner = CliRunner()
 
@@ -124,7 +124,7 @@ def test_trace_stats_refuses_what_it_cannot_use(tmp_path: Path) -> None:
 
 
 def test_trace_write_turns_a_workload_into_a_trace(tmp_path: Path) -> None:
-    from feather_sched.workloads.traces import read_trace
+    from feather_lab.workloads.traces import read_trace
 
     out = tmp_path / "t.jsonl"
     args = ["trace", "write", "shared-prefix", str(out), "--arrival", "poisson:20"]
@@ -148,7 +148,7 @@ def test_trace_write_turns_a_workload_into_a_trace(tmp_path: Path) -> None:
 
 
 def test_train_uses_the_suites_engine_settings() -> None:
-    from feather_sched.cli.train import _suite_max_num_seqs
+    from feather_lab.cli.train import _suite_max_num_seqs
 
     assert _suite_max_num_seqs("paper-5g") == 500  # what `feather bench` runs it with
     assert _suite_max_num_seqs("shared-prefix") == 256
@@ -156,7 +156,7 @@ def test_train_uses_the_suites_engine_settings() -> None:
 
 
 def test_write_record_puts_the_machine_first_and_paths_as_text(tmp_path: Path) -> None:
-    from feather_sched.bench.machine import write_json, write_record
+    from feather_lab.bench.machine import write_json, write_record
 
     out = tmp_path / "new" / "dir" / "r.json"  # its folder is made
     write_record(out, config={"state": tmp_path / "s.json"}, rows=[{"a": 1}])
@@ -187,7 +187,7 @@ def _calibration_report() -> dict:
 
 
 def test_calibrate_prints_the_fit_and_records_the_report(tmp_path: Path, monkeypatch) -> None:
-    from feather_sched.harness import vllm_calibrate
+    from feather_lab.harness import vllm_calibrate
 
     specs = []
 
@@ -221,7 +221,7 @@ def test_calibrate_prints_the_fit_and_records_the_report(tmp_path: Path, monkeyp
 def test_bench_engine_vllm_records_its_spec(tmp_path: Path, monkeypatch) -> None:
     from dataclasses import asdict
 
-    from feather_sched.harness import vllm_engine
+    from feather_lab.harness import vllm_engine
 
     specs = []
     row = {"workload": "w (kv-64-blocks)", "policy": "vllm", "output_tok_s": 9.0, "vs_fcfs": 1.0}
@@ -253,7 +253,7 @@ def test_bench_engine_vllm_records_its_spec(tmp_path: Path, monkeypatch) -> None
 
 
 def test_train_reports_the_learning_curve(tmp_path: Path, monkeypatch) -> None:
-    from feather_sched.rl import train as rl_train
+    from feather_lab.rl import train as rl_train
 
     runs = []
 

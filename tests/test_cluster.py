@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from feather_sched.bench.cluster import ClusterBenchSpec, run_cluster_bench
-from feather_sched.bench.suite import BenchSpec
+from feather_lab.bench.cluster import ClusterBenchSpec, run_cluster_bench
+from feather_lab.bench.suite import BenchSpec
+from feather_lab.sim.cluster import simulate_cluster
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
+from feather_lab.workloads.registry import make_workload
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.registry import make_policy
 from feather_sched.request import Request
@@ -18,10 +22,6 @@ from feather_sched.routing.rules import (
     make_rule,
     pick,
 )
-from feather_sched.sim.cluster import simulate_cluster
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
-from feather_sched.workloads.registry import make_workload
 
 COST = StepCostModel("h100-free-l2", "llama-3.1-8b", "paged")
 
@@ -194,7 +194,7 @@ def test_cli_bench_replicas(tmp_path):
 
     from typer.testing import CliRunner
 
-    from feather_sched.cli import app
+    from feather_lab.cli import app
 
     out, plot = tmp_path / "c.json", tmp_path / "c.png"
     args = ["bench", "--replicas", "2", "--routers", "pow2,prefix-affinity,feather"]
@@ -226,7 +226,7 @@ def test_cli_bench_replicas(tmp_path):
 def test_cli_bench_replicas_checks_the_plot_path_first(tmp_path):
     from typer.testing import CliRunner
 
-    from feather_sched.cli import app
+    from feather_lab.cli import app
 
     out = tmp_path / "c.json"
     args = ["bench", "--replicas", "2", "-w", "document-qa", "--json", str(out)]
@@ -237,8 +237,8 @@ def test_cli_bench_replicas_checks_the_plot_path_first(tmp_path):
 
 def test_cluster_rows_have_every_declared_cluster_column():
     """The columns a cluster table shows are fields the cluster bench writes."""
-    from feather_sched.bench.columns import columns_of
-    from feather_sched.bench.rows import CLUSTER
+    from feather_lab.bench.columns import columns_of
+    from feather_lab.bench.rows import CLUSTER
 
     spec = ClusterBenchSpec(
         base=BenchSpec(workloads=("document-qa",)), replicas=2, routers=("pow2", "feather")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from feather_sched.bench.columns import (
+from feather_lab.bench.columns import (
     BEST_MARK,
     COLUMNS,
     LEGEND,
@@ -21,10 +21,10 @@ from feather_sched.bench.columns import (
     columns_of,
     legend,
 )
-from feather_sched.bench.output import results_text, workload_block
-from feather_sched.bench.results import compare_text, rows_markdown
-from feather_sched.bench.rows import CLUSTER, ENGINE, Row, as_rows
-from feather_sched.cli import app
+from feather_lab.bench.output import results_text, workload_block
+from feather_lab.bench.results import compare_text, rows_markdown
+from feather_lab.bench.rows import CLUSTER, ENGINE, Row, as_rows
+from feather_lab.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -151,11 +151,11 @@ def test_compare_pairs_cluster_rows_by_router_across_replica_counts() -> None:
 
 def test_sglang_client_does_not_import_the_engine() -> None:
     """The harness's shared types live in sglang_spec: no import circle."""
-    src = REPO / "src/feather_sched/harness/sglang_client.py"
+    src = REPO / "src/feather_lab/harness/sglang_client.py"
     imported = {
         node.module
         for node in ast.walk(ast.parse(src.read_text()))
         if isinstance(node, ast.ImportFrom)
     }
-    assert "feather_sched.harness.sglang_engine" not in imported
-    assert "feather_sched.harness.sglang_spec" in imported
+    assert "feather_lab.harness.sglang_engine" not in imported
+    assert "feather_lab.harness.sglang_spec" in imported

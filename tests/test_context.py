@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from feather_lab.bench.context import OverlongError, fit_context
+from feather_lab.cli import app
+from feather_lab.workloads.traces import write_jsonl
 from feather_sched import Request
-from feather_sched.bench.context import OverlongError, fit_context
-from feather_sched.cli import app
 from feather_sched.cost import load_model
-from feather_sched.workloads.traces import write_jsonl
 
 
 def _req(rid: str, prompt: int, output: int = 10, parent: str | None = None) -> Request:

@@ -6,12 +6,10 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from feather_sched.cli import app
-from feather_sched.cost import BatchShape, load_hardware, load_model
-from feather_sched.cost.fit import fit_profile, mape, predict
-from feather_sched.harness import vllm_calibrate
-from feather_sched.harness.tiny_llama import ENGINE_MODELS
-from feather_sched.harness.vllm_calibrate import (
+from feather_lab.cli import app
+from feather_lab.harness import vllm_calibrate
+from feather_lab.harness.tiny_llama import ENGINE_MODELS
+from feather_lab.harness.vllm_calibrate import (
     COMPARE_POLICIES,
     GRIDS,
     CalibrateSpec,
@@ -20,7 +18,9 @@ from feather_sched.harness.vllm_calibrate import (
     median_of_passes,
     split,
 )
-from feather_sched.harness.vllm_engine import ENGINE_SCALES, VllmBenchSpec, engine_workload
+from feather_lab.harness.vllm_engine import ENGINE_SCALES, VllmBenchSpec, engine_workload
+from feather_sched.cost import BatchShape, load_hardware, load_model
+from feather_sched.cost.fit import fit_profile, mape, predict
 
 
 def _shapes() -> list[BatchShape]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from feather_sched.bench.suite import BenchSpec
+from feather_lab.bench.suite import BenchSpec
 from feather_sched.cost import StepCostModel, cost_options, prior_cost, resolve_cost
 from feather_sched.cost.resolve import prior_hardware
 from feather_sched.policies.feather import FeatherPolicy

@@ -9,6 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
+from feather_lab.workloads import LongPrefixWorkload, NoSharingWorkload
 from feather_sched import Request
 from feather_sched.cost import StepCostModel
 from feather_sched.index.cht import ChunkedHashTree
@@ -22,9 +25,6 @@ from feather_sched.policies.features import (
 )
 from feather_sched.policies.hold import STOP_DELAY_SHARE
 from feather_sched.policies.registry import make_policy
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
-from feather_sched.workloads import LongPrefixWorkload, NoSharingWorkload
 
 COST = StepCostModel("h100-free-l2", "llama-3-8b")
 

@@ -12,12 +12,12 @@ import math
 
 import pytest
 
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
+from feather_lab.workloads import LongPrefixWorkload
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.feather_paper import FeatherPaperPolicy, PaperBandit, paper_state
 from feather_sched.policies.registry import make_policy
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
-from feather_sched.workloads import LongPrefixWorkload
 from paper_cases import PaperHost, prompt
 
 ADD, STOP = True, False

@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from feather_sched.cli import app
+from feather_lab.cli import app
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
+from feather_lab.workloads import LongPrefixWorkload, NoSharingWorkload
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.feather_ppo import (
     WEIGHTS_ENV,
@@ -21,9 +24,6 @@ from feather_sched.policies.feather_ppo import (
 from feather_sched.policies.numpy_mlp import NumpyMLP
 from feather_sched.policies.observation import FEATURES, OBS_DIM
 from feather_sched.policies.registry import make_policy, policy_names
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
-from feather_sched.workloads import LongPrefixWorkload, NoSharingWorkload
 
 COST = StepCostModel("h100-free-l2", "llama-3-8b")
 HAVE_RL = all(importlib.util.find_spec(p) for p in ("gymnasium", "stable_baselines3", "torch"))
@@ -110,7 +110,7 @@ def test_decision_cost_is_microseconds() -> None:
 
 
 def test_train_without_rl_extra_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    import feather_sched.rl.train as train_mod
+    import feather_lab.rl.train as train_mod
 
     monkeypatch.setattr(train_mod, "RL_PACKAGES", ("surely_not_installed_pkg",))
     result = CliRunner().invoke(app, ["train", "--steps", "10"])
@@ -124,8 +124,8 @@ def test_train_without_rl_extra_names_the_install(monkeypatch: pytest.MonkeyPatc
 def test_export_matches_torch_and_train_writes_loadable_weights(tmp_path: Path) -> None:
     from stable_baselines3 import PPO
 
-    from feather_sched.rl.env import FeatherEnv
-    from feather_sched.rl.train import MixEntry, TrainConfig, export_actor, torch_logits, train
+    from feather_lab.rl.env import FeatherEnv
+    from feather_lab.rl.train import MixEntry, TrainConfig, export_actor, torch_logits, train
 
     small = LongPrefixWorkload(
         num_prefixes=3, prefix_len=4000, requests_per_prefix=20, output_len=10
@@ -182,7 +182,7 @@ def test_step_discount_shares_a_pass_undiscounted() -> None:
     import torch
     from gymnasium import spaces
 
-    from feather_sched.rl.step_discount import StepDiscountBuffer
+    from feather_lab.rl.step_discount import StepDiscountBuffer
 
     buf = StepDiscountBuffer(
         3, spaces.Box(0, 1, (OBS_DIM,)), spaces.Discrete(2), gamma=0.5, gae_lambda=1.0

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
+from feather_lab.workloads import SharedPrefixWorkload
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.feather_upstream import FeatherUpstreamPolicy
 from feather_sched.policies.registry import make_policy, policy_names
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
-from feather_sched.workloads import SharedPrefixWorkload
 from paper_cases import PaperHost, prompt
 
 ADD, STOP = True, False

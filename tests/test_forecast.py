@@ -8,16 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from feather_sched.bench.cluster import ClusterBenchSpec, run_cluster_bench
-from feather_sched.bench.suite import BenchSpec
+from feather_lab.bench.cluster import ClusterBenchSpec, run_cluster_bench
+from feather_lab.bench.suite import BenchSpec
+from feather_lab.sim.cluster import simulate_cluster
+from feather_lab.sim.config import EngineConfig
+from feather_lab.workloads.presets import PAPER_SHAPE
+from feather_lab.workloads.registry import make_workload
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.registry import make_policy
 from feather_sched.routing.forecast import Booking, DrainModel, ReplicaForecast
 from feather_sched.routing.rules import make_rule
-from feather_sched.sim.cluster import simulate_cluster
-from feather_sched.sim.config import EngineConfig
-from feather_sched.workloads.presets import PAPER_SHAPE
-from feather_sched.workloads.registry import make_workload
 
 COST = StepCostModel("h100-free-l2", "llama-3.1-8b", "paged")
 bookings = st.builds(

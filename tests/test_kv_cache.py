@@ -15,7 +15,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from feather_sched.sim.kv_cache import KVCacheInvariantError, PagedKVCache, block_hashes
+from feather_lab.sim.kv_cache import KVCacheInvariantError, PagedKVCache, block_hashes
 
 BS = 16
 

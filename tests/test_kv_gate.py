@@ -9,13 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eager_kv_gate import EagerKvGate
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import SimulationError, simulate
+from feather_lab.workloads.presets import build_workload
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.kv_gate import CLIP_TOKENS, INIT_RATIO, MIN_RATIO, KvGate, _blocks
 from feather_sched.policies.registry import make_policy
 from feather_sched.request import Request
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import SimulationError, simulate
-from feather_sched.workloads.presets import build_workload
 
 running_sets = st.lists(
     st.tuples(

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
+from feather_lab.workloads import SharedPrefixWorkload
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.grouped import GroupedPolicy
 from feather_sched.policies.order import IDLE_SHARE, GroupingJudge, _Wave
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
-from feather_sched.workloads import SharedPrefixWorkload
 from test_policies import FakeView
 
 MEASURED = StepCostModel("h200", "llama-3.1-8b")
@@ -251,7 +251,7 @@ def test_feather_asks_its_bandit_to_explore_only_where_the_judge_allows() -> Non
 
 def test_the_simulator_says_whether_it_overlaps() -> None:
     """`EngineConfig.async_scheduling` is the simulated host's loop: the judge reads it."""
-    from feather_sched.sim.engine import Simulator
+    from feather_lab.sim.engine import Simulator
 
     for overlap in (True, False):
         sim = Simulator(FCFSPolicy(), MEASURED, EngineConfig(async_scheduling=overlap))

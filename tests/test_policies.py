@@ -16,6 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
+from feather_lab.sim.kv_cache import block_hashes
+from feather_lab.sim.result import TIMING_KEYS
+from feather_lab.workloads import NoSharingWorkload, SharedPrefixWorkload
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.index.cht import ChunkedHashTree
 from feather_sched.policies.base import Policy
@@ -29,11 +34,6 @@ from feather_sched.policies.sglang_baselines import (
     dfs_weight_order,
 )
 from feather_sched.request import Request
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
-from feather_sched.sim.kv_cache import block_hashes
-from feather_sched.sim.result import TIMING_KEYS
-from feather_sched.workloads import NoSharingWorkload, SharedPrefixWorkload
 
 MY_POLICIES = [
     "lpm",
@@ -613,8 +613,8 @@ def test_hrrn_matches_sglang_sort() -> None:
     """The same queue through SGLang 0.5.23's own `_sort_by_hrrn` (when SGLang is here)."""
     from types import SimpleNamespace
 
-    from feather_sched.integrations.sglang_cpu import prepare_cpu_import
     from feather_sched.policies.sglang_baselines import HRRNPolicy
+    from feather_sched.sglang.cpu import prepare_cpu_import
 
     if importlib.util.find_spec("sglang") is None:
         pytest.skip("SGLang is not installed (see the 'sglang' extra in pyproject.toml)")
@@ -665,8 +665,8 @@ def test_shortest_prefill_first_order_and_no_fallback() -> None:
 def test_shortest_prefill_first_matches_sglang_sort() -> None:
     from types import SimpleNamespace
 
-    from feather_sched.integrations.sglang_cpu import prepare_cpu_import
     from feather_sched.policies.sglang_baselines import ShortestPrefillFirstPolicy
+    from feather_sched.sglang.cpu import prepare_cpu_import
 
     if importlib.util.find_spec("sglang") is None:
         pytest.skip("SGLang is not installed (see the 'sglang' extra in pyproject.toml)")

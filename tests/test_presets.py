@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from feather_sched.bench.suite import SUITE, BenchSpec, build_workload
-from feather_sched.rl.train import DEFAULT_MIX, MixEntry
-from feather_sched.workloads import LongPrefixWorkload, SharedPrefixWorkload, TreeWorkload
-from feather_sched.workloads.presets import PAPER_SHAPE, PRESETS, Preset, paper
+from feather_lab.bench.suite import SUITE, BenchSpec, build_workload
+from feather_lab.rl.train import DEFAULT_MIX, MixEntry
+from feather_lab.workloads import LongPrefixWorkload, SharedPrefixWorkload, TreeWorkload
+from feather_lab.workloads.presets import PAPER_SHAPE, PRESETS, Preset, paper
 
 
 def test_suite_and_training_mix_read_the_table() -> None:
@@ -37,7 +37,7 @@ def test_build_workload() -> None:
     assert build_workload("shared-prefix") == SharedPrefixWorkload()
     assert isinstance(build_workload("tree"), TreeWorkload)  # not a preset: the generator
     # one name, one workload: the Python generator by name is the bench's workload
-    from feather_sched.workloads import make_workload
+    from feather_lab.workloads import make_workload
 
     for name in ("long-prefix", "shared-prefix", "document-qa", "no-sharing"):
         assert make_workload(name) == build_workload(name), name
@@ -59,7 +59,7 @@ def test_every_preset_builds(scale: str, name: str) -> None:
 
 def test_engine_scales_read_the_table() -> None:
     """vLLM's engine bench runs its workloads from the one preset table."""
-    from feather_sched.harness.vllm_engine import ENGINE_SCALES
+    from feather_lab.harness.vllm_engine import ENGINE_SCALES
 
     for model, scale in ENGINE_SCALES.items():
         table = {name: (p.base, p.overrides) for name, p in PRESETS[model].items()}

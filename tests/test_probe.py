@@ -1,4 +1,4 @@
-"""`feather probe` (feather_sched.probe): the paged layout, the torch reference attention, the
+"""`feather probe` (feather_lab.probe): the paged layout, the torch reference attention, the
 Triton kernel under TRITON_INTERPRET=1 (marked `triton`), and a tiny CPU run end to end."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from feather_lab.probe.layout import GRIDS, build_layout
 from feather_sched.cost import BatchShape, StepCostModel, load_hardware
 from feather_sched.cost.composition import Composition
-from feather_sched.probe.layout import GRIDS, build_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,7 +104,7 @@ def _dense_attention(torch, lay, q, kc, vc, scale):
 
 def test_reference_attention_matches_dense_softmax():
     torch = _torch()
-    from feather_sched.probe.attention import reference_paged_decode
+    from feather_lab.probe.attention import reference_paged_decode
 
     comp = Composition(batch=5, prefixes=2, prefix_len=48, suffix_len=7)
     lay, q, kc, vc, bt, cl = _random_batch(torch, comp, 8, 2, 32)
@@ -116,7 +116,7 @@ def test_reference_attention_matches_dense_softmax():
 def test_cpu_probe_end_to_end(tmp_path):
     """A tiny grid on tiny-llama: rows, held-out MAPE, a profile the simulator loads."""
     _torch()
-    from feather_sched.probe.run import ProbeSpec, run_probe
+    from feather_lab.probe.run import ProbeSpec, run_probe
 
     comps = [Composition(b, g, p, 16) for b in (1, 4) for g in (1, 2) for p in (32, 64) if g <= b]
     spec = ProbeSpec(device="cpu", model="tiny-llama", reps=2, warmup=1, compositions=comps)
@@ -138,8 +138,8 @@ def test_cpu_probe_end_to_end(tmp_path):
 
 def test_probe_rejects_unknown_grid_and_kernel():
     _torch()
-    from feather_sched.probe.attention import kernels
-    from feather_sched.probe.run import ProbeSpec, run_probe
+    from feather_lab.probe.attention import kernels
+    from feather_lab.probe.run import ProbeSpec, run_probe
 
     with pytest.raises(ValueError, match="unknown grid"):
         run_probe(ProbeSpec(device="cpu", grid="nope"), log=lambda _s: None)
@@ -162,7 +162,7 @@ def test_triton_kernel_matches_reference_interpreted():
     if os.environ.get("FEATHER_REQUIRE_TRITON") != "1":
         pytest.importorskip("triton", reason="the Triton kernel test needs triton (extra 'probe')")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, "-m", "feather_sched.probe.selfcheck", "--device", "cpu"]
+    cmd = [sys.executable, "-m", "feather_lab.probe.selfcheck", "--device", "cpu"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -184,7 +184,7 @@ def test_gpu_run_script_is_executable_and_parses():
 
 def test_probe_entry_point_needs_no_cli_dependencies():
     """A lent GPU machine has torch, triton and numpy, maybe nothing else: the probe's entry
-    point (`python -m feather_sched.probe`) imports none of typer, rich, xxhash, matplotlib."""
+    point (`python -m feather_lab.probe`) imports none of typer, rich, xxhash, matplotlib."""
     code = (
         "import sys, importlib.abc\n"
         "class Block(importlib.abc.MetaPathFinder):\n"
@@ -192,9 +192,9 @@ def test_probe_entry_point_needs_no_cli_dependencies():
         "        if name.split('.')[0] in ('typer', 'rich', 'xxhash', 'matplotlib'):\n"
         "            raise ImportError('blocked ' + name)\n"
         "sys.meta_path.insert(0, Block())\n"
-        "import feather_sched.probe.__main__, feather_sched.probe.decoder\n"
-        "import feather_sched.probe.attention, feather_sched.probe.selfcheck\n"
-        "from feather_sched.probe.plot import plot_results\n"
+        "import feather_lab.probe.__main__, feather_lab.probe.decoder\n"
+        "import feather_lab.probe.attention, feather_lab.probe.selfcheck\n"
+        "from feather_lab.probe.plot import plot_results\n"
         "print('ok')\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -206,7 +206,7 @@ def test_cli_probe_command_reports_bad_input():
     _torch()
     from typer.testing import CliRunner
 
-    from feather_sched.cli import app
+    from feather_lab.cli import app
 
     result = CliRunner().invoke(app, ["probe", "--device", "tpu"])
     assert result.exit_code == 2
@@ -216,8 +216,8 @@ def test_cli_probe_command_reports_bad_input():
 def test_probe_goes_on_past_a_failing_composition(tmp_path, monkeypatch):
     """A composition whose kernel fails (out of memory, say) is listed, the rest measured."""
     _torch()
-    from feather_sched.probe import attention
-    from feather_sched.probe.run import ProbeSpec, run_probe
+    from feather_lab.probe import attention
+    from feather_lab.probe.run import ProbeSpec, run_probe
 
     def flaky(q, *args, **kwargs):
         if q.shape[0] == 3:

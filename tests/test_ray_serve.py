@@ -22,8 +22,8 @@ serve = require("ray.serve", "ray", "needs Ray Serve: pip install -e '.[ray]'")
 
 from ray.serve.config import RequestRouterConfig  # noqa: E402
 
-from feather_sched.harness.ray_emulated import EmulatedEngine  # noqa: E402
-from feather_sched.integrations.ray_serve import CompletionRequest, FeatherRequestRouter  # noqa: E402
+from feather_lab.harness.ray_emulated import EmulatedEngine  # noqa: E402
+from feather_sched.ray.router import CompletionRequest, FeatherRequestRouter  # noqa: E402
 from serve_helpers import check_exactly_once, send_all  # noqa: E402
 
 RAY_PREFIX_ROUTER = (

@@ -26,12 +26,12 @@ require("vllm", "vllm", "needs the real vLLM engine: pip install -e '.[vllm]' (s
 
 from ray.serve.config import RequestRouterConfig  # noqa: E402
 
-from feather_sched.harness.tiny_llama import TINY_LLAMA, build_tiny_llama  # noqa: E402
-from feather_sched.integrations.ray_serve import (  # noqa: E402
+from feather_lab.harness.tiny_llama import TINY_LLAMA, build_tiny_llama  # noqa: E402
+from feather_sched.ray.router import (  # noqa: E402
     CompletionRequest,
     FeatherRequestRouter,
 )
-from feather_sched.integrations.ray_vllm import VllmReplica, replica_env  # noqa: E402
+from feather_sched.ray.vllm import VllmReplica, replica_env  # noqa: E402
 from serve_helpers import check_exactly_once, send_all  # noqa: E402
 
 BLOCK = 32

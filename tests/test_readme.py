@@ -2,7 +2,7 @@
 
 Every ```bash and ```python block of README.md, in order, in one scratch folder, so a later
 command finds what an earlier one wrote (T.jsonl, h200.json, steps.jsonl) as a reader
-following the README would. `feather` is this checkout's CLI (`python -m feather_sched.cli`
+following the README would. `feather` is this checkout's CLI (`python -m feather_lab.cli`
 with `src` on the path), so it also runs uninstalled. A bash block runs command by command (a
 line with its `\\` continuations); each must exit 0. The first, `pip install -e . && feather
 bench`, runs its main job: the whole default suite (~3 min on two cores). What cannot run
@@ -83,7 +83,7 @@ def _environment(scratch: Path) -> dict[str, str]:
     bin_dir = scratch / ".bin"
     bin_dir.mkdir()
     shim = bin_dir / "feather"
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m feather_sched.cli "$@"\n')
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m feather_lab.cli "$@"\n')
     shim.chmod(0o755)
     python = bin_dir / "python"
     python.symlink_to(sys.executable)

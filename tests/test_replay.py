@@ -23,13 +23,13 @@ pytest.importorskip("httpx", reason="feather replay needs httpx (the 'replay' ex
 
 from typer.testing import CliRunner
 
-from feather_sched.cli import app
-from feather_sched.replay.client import ClientOptions, Endpoint, EndpointError, Outcome, preflight
-from feather_sched.replay.runner import ReplaySpec, run_ab, run_once, summarize
-from feather_sched.replay.summary import run_row
-from feather_sched.replay.workload import ReplayWorkload
+from feather_lab.cli import app
+from feather_lab.replay.client import ClientOptions, Endpoint, EndpointError, Outcome, preflight
+from feather_lab.replay.runner import ReplaySpec, run_ab, run_once, summarize
+from feather_lab.replay.summary import run_row
+from feather_lab.replay.workload import ReplayWorkload
+from feather_lab.sim.result import SLO
 from feather_sched.request import Request
-from feather_sched.sim.result import SLO
 from replay_server import DROP, REJECT, STALL, FakeServer
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -246,7 +246,7 @@ def test_ctrl_c_keeps_the_finished_runs(tmp_path: Path) -> None:
     # first request, so the signal lands while that run waits for its second (the 1.7 s
     # between keep it there on a loaded machine; 0.5 s apart failed under load)
     with FakeServer(token_delay_s=0.005) as server:
-        cmd = [sys.executable, "-m", "feather_sched.cli", "replay", server.url,
+        cmd = [sys.executable, "-m", "feather_lab.cli", "replay", server.url,
                "--model", "tiny-llama", "-w", "no-sharing", "--limit", "2",
                "--arrival", "bursts:1:2", "--repeats", "50", "--json", str(out)]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(SRC)}
@@ -264,7 +264,7 @@ def test_ctrl_c_keeps_the_finished_runs(tmp_path: Path) -> None:
 
 
 def test_metrics_text_is_summed_over_label_sets_and_counters_become_deltas() -> None:
-    from feather_sched.replay.metrics import metric_fields, parse_metrics
+    from feather_lab.replay.metrics import metric_fields, parse_metrics
 
     text = (
         "# HELP vllm:num_preemptions_total x\n# TYPE vllm:num_preemptions_total counter\n"
@@ -288,10 +288,10 @@ def test_metrics_text_is_summed_over_label_sets_and_counters_become_deltas() -> 
     ("model", "name"), [("kv-bound", "paper-32g"), ("tiny-llama", "no-sharing")]
 )
 def test_a_built_in_model_gets_the_in_process_benchs_very_requests(model: str, name: str) -> None:
-    from feather_sched.bench.suite import BenchSpec
-    from feather_sched.harness.tiny_llama import ENGINE_MODELS
-    from feather_sched.harness.vllm_spec import ENGINE_SCALES, engine_workload
-    from feather_sched.replay.workload import replay_workloads
+    from feather_lab.bench.suite import BenchSpec
+    from feather_lab.harness.tiny_llama import ENGINE_MODELS
+    from feather_lab.harness.vllm_spec import ENGINE_SCALES, engine_workload
+    from feather_lab.replay.workload import replay_workloads
 
     scale = ENGINE_SCALES[model]
     (work,) = replay_workloads(BenchSpec(workloads=[name]), model, None, scale.max_model_len)
@@ -336,7 +336,7 @@ def test_server_cpu_is_split_into_the_process_its_children_and_below() -> None:
     """A parent that sleeps over a child that waits over a grandchild that spins (vLLM's API
     server, engine core, CPU worker): the spinning shows as `worker`, not as `engine` or
     `api`, and in the machine's busy time."""
-    from feather_sched.harness.vllm_server import machine_busy_s, process_cpu_s
+    from feather_lab.harness.vllm_server import machine_busy_s, process_cpu_s
 
     spin = "while True: pass"
     middle = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {spin!r}]).wait()"
@@ -392,9 +392,9 @@ def test_command_api_is_checked_and_recorded(tmp_path: Path) -> None:
 def test_server_layout_is_set_not_inherited(monkeypatch) -> None:
     """A `vllm serve` started after the in-process harness ran in the same process must not
     take that harness's layout and log level from the environment (engine_env_defaults)."""
-    from feather_sched.harness.vllm_engine import engine_env_defaults
-    from feather_sched.harness.vllm_server import ServerSpec
-    from feather_sched.integrations.vllm_local import CPU_THREAD_DEFAULTS
+    from feather_lab.harness.vllm_engine import engine_env_defaults
+    from feather_lab.harness.vllm_server import ServerSpec
+    from feather_sched.vllm.local import CPU_THREAD_DEFAULTS
 
     for key in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_LOGGING_LEVEL", *CPU_THREAD_DEFAULTS):
         monkeypatch.delenv(key, raising=False)  # restored after the test
@@ -410,7 +410,7 @@ def test_server_layout_is_set_not_inherited(monkeypatch) -> None:
 def test_server_scheduler_class_is_feathers_vllms_or_the_one_named() -> None:
     """`--scheduler-cls`: none for vLLM's own, Feather's for `feather`, and a named subclass
     (benchmarks/replay_steps.py's logging schedulers) in place of either."""
-    from feather_sched.harness.vllm_server import FEATHER_SCHEDULER, ServerSpec
+    from feather_lab.harness.vllm_server import FEATHER_SCHEDULER, ServerSpec
 
     def cls(spec: ServerSpec) -> str | None:
         cmd = spec.command(8000)
@@ -426,7 +426,7 @@ def test_server_scheduler_class_is_feathers_vllms_or_the_one_named() -> None:
 def test_pin_server_binds_the_api_process_and_everything_below_it() -> None:
     """A parent over a child over a grandchild (API server, engine core, worker): the parent's
     threads on the API CPUs, the two below on the engine's, as /proc reads them back."""
-    from feather_sched.harness.vllm_server import pin_server, process_levels
+    from feather_lab.harness.vllm_server import pin_server, process_levels
 
     cpus = sorted(os.sched_getaffinity(0))
     api, engine = {cpus[-1]}, {cpus[0]}

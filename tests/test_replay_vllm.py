@@ -22,17 +22,17 @@ pytest.importorskip("httpx", reason="feather replay needs httpx (the 'replay' ex
 
 from typer.testing import CliRunner  # noqa: E402
 
-from feather_sched.cli import app  # noqa: E402
-from feather_sched.harness.tiny_llama import build_tiny_llama  # noqa: E402
-from feather_sched.harness.vllm_server import (  # noqa: E402
+from feather_lab.cli import app  # noqa: E402
+from feather_lab.harness.tiny_llama import build_tiny_llama  # noqa: E402
+from feather_lab.harness.vllm_server import (  # noqa: E402
     ServerSpec,
     process_cpu_s,
     served,
     vllm_servers,
 )
-from feather_sched.replay.client import preflight  # noqa: E402
-from feather_sched.replay.runner import ReplaySpec, run_once  # noqa: E402
-from feather_sched.replay.workload import ReplayWorkload  # noqa: E402
+from feather_lab.replay.client import preflight  # noqa: E402
+from feather_lab.replay.runner import ReplaySpec, run_once  # noqa: E402
+from feather_lab.replay.workload import ReplayWorkload  # noqa: E402
 from feather_sched.request import Request  # noqa: E402
 
 KV_BLOCKS = 96  # tiny-llama's kv-pressure scenario: ~5 distinct 544-token prompts fit
@@ -97,7 +97,7 @@ def test_stream_interval_on_vllm_batches_tokens_and_keeps_every_one(servers) -> 
     every 8th, the last), every token counted by the client and the request by the server."""
     import asyncio
 
-    from feather_sched.replay.client import ClientOptions, run_schedule
+    from feather_lab.replay.client import ClientOptions, run_schedule
 
     endpoint = preflight(servers[0])
     reqs = [Request(f"si{i}", np.arange(4, 40) + i, 17) for i in range(4)]

@@ -13,12 +13,12 @@ gym = pytest.importorskip("gymnasium", reason="FeatherEnv needs gymnasium (dev/r
 
 from gymnasium.utils.env_checker import check_env  # noqa: E402
 
+from feather_lab.rl.env import FeatherEnv, baseline_throughput  # noqa: E402
+from feather_lab.sim.config import EngineConfig  # noqa: E402
+from feather_lab.sim.engine import simulate  # noqa: E402
+from feather_lab.workloads import LongPrefixWorkload, NoSharingWorkload  # noqa: E402
 from feather_sched.policies.bandit import ADD, STOP  # noqa: E402
 from feather_sched.policies.observation import OBS_DIM, DelegatedFeather  # noqa: E402
-from feather_sched.rl.env import FeatherEnv, baseline_throughput  # noqa: E402
-from feather_sched.sim.config import EngineConfig  # noqa: E402
-from feather_sched.sim.engine import simulate  # noqa: E402
-from feather_sched.workloads import LongPrefixWorkload, NoSharingWorkload  # noqa: E402
 
 # 3 prefixes of 4,000 tokens: their KV fits the H100 L2 together, so mixing them pays.
 SMALL = LongPrefixWorkload(num_prefixes=3, prefix_len=4000, requests_per_prefix=30, output_len=20)

@@ -9,27 +9,27 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from feather_sched.bench.suite import BenchSpec, build_workload
-from feather_sched.cli import app
-from feather_sched.cost import StepCostModel
-from feather_sched.cost.scheduler_cpu import (
+from feather_lab.bench.suite import BenchSpec, build_workload
+from feather_lab.cli import app
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
+from feather_lab.sim.result import TIMING_KEYS
+from feather_lab.sim.sched_cpu import SchedCpuClock
+from feather_lab.sim.scheduler_cpu import (
     CpuRow,
     build,
     fit_error,
     fit_line,
     load_scheduler_cpu,
 )
+from feather_sched.cost import StepCostModel
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.registry import make_policy
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
-from feather_sched.sim.result import TIMING_KEYS
-from feather_sched.sim.sched_cpu import SchedCpuClock
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = load_scheduler_cpu()
 RECORD = json.loads((ROOT / MODEL.record).read_text())["results"]
-POINTS_FILE = ROOT / "src/feather_sched/cost/profiles/scheduler_cpu.json"
+POINTS_FILE = ROOT / "src/feather_lab/sim/scheduler_cpu.json"
 
 
 def _series(field: str) -> dict[int, float]:

@@ -19,7 +19,7 @@ from collections import Counter
 import pytest
 
 from feather_sched.index.cht import RequestState
-from feather_sched.integrations.sglang_cpu import prepare_cpu_import
+from feather_sched.sglang.cpu import prepare_cpu_import
 
 pytestmark = pytest.mark.sglang
 
@@ -148,7 +148,7 @@ class Engine:
     def step(self) -> list:
         """One batch formation and its prefill, through Feather's `get_next_batch_to_run`
         hook as SGLang's event loop calls it."""
-        from feather_sched.integrations.sglang import around_next_batch
+        from feather_sched.sglang.plugin import around_next_batch
 
         return around_next_batch(lambda _: self._form_batch(), self)
 
@@ -223,7 +223,7 @@ def rids(reqs) -> list[str]:
 def test_entry_point_discovered_and_whitelist_respected(sg, monkeypatch):
     from sglang.srt.plugins import GENERAL_PLUGINS_GROUP, load_plugins_by_group
 
-    from feather_sched.integrations.sglang import register
+    from feather_sched.sglang.plugin import register
 
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
     found = load_plugins_by_group(GENERAL_PLUGINS_GROUP)
@@ -233,7 +233,7 @@ def test_entry_point_discovered_and_whitelist_respected(sg, monkeypatch):
 
 
 def test_plugin_hooks_are_applied(sg):
-    from feather_sched.integrations.sglang import HOOK_TARGETS
+    from feather_sched.sglang.plugin import HOOK_TARGETS
 
     calc = sg.sp.SchedulePolicy.calc_priority
     adder = sg.Scheduler.get_prefill_adder_class
@@ -248,7 +248,7 @@ def test_plugin_hooks_are_applied(sg):
 def test_register_does_nothing_when_off(sg, monkeypatch):
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    from feather_sched.integrations.sglang import register
+    from feather_sched.sglang.plugin import register
 
     monkeypatch.setenv("FEATHER_POLICY", "off")
     before = {k: len(v) for k, v in HookRegistry._hooks.items()}
@@ -258,7 +258,7 @@ def test_register_does_nothing_when_off(sg, monkeypatch):
 
 # ---------------------------------------------------------------------------- Feather on
 def test_feather_order_reaches_the_batch(sg, feather_on):
-    from feather_sched.integrations.sglang import queue_for
+    from feather_sched.sglang.plugin import queue_for
 
     def first_batch(env_policy: str) -> list[str]:
         feather_on.setenv("FEATHER_POLICY", env_policy)
@@ -286,7 +286,7 @@ def test_the_view_reports_the_schedulers_batch_limits(sg, feather_on, chunk, bud
     grouped order can pay needs the token budget, and whether the loop overlaps its CPU with
     the GPU): a prefill batch computes at most `max_prefill_tokens`, and at most the chunk
     size when chunked prefill is on; `enable_overlap` says the loop."""
-    from feather_sched.integrations.sglang import queue_for
+    from feather_sched.sglang.plugin import queue_for
 
     eng = Engine(
         sg, "fcfs", max_running_requests=7, chunked_prefill_size=chunk, enable_overlap=overlap
@@ -301,7 +301,7 @@ def test_the_view_reports_the_schedulers_batch_limits(sg, feather_on, chunk, bud
 
 
 def test_feather_stop_reaches_the_batch(sg, feather_on):
-    from feather_sched.integrations.sglang import queue_for
+    from feather_sched.sglang.plugin import queue_for
 
     feather_on.setenv("FEATHER_POLICY_OPTIONS", json.dumps({"max_batch": 3}))
     eng = Engine(sg, "fcfs")
@@ -324,7 +324,7 @@ def test_sglang_memory_accounting_stays_in_charge(sg, feather_on):
     A0's members wait a pass (they would compute its prefix again) while B0 takes the room
     left, then the members of both share the cached prefixes (16 tokens each), until
     SGLang's adder refuses."""
-    from feather_sched.integrations.sglang import queue_for
+    from feather_sched.sglang.plugin import queue_for
 
     def engine(policy_env: str) -> Engine:
         feather_on.setenv("FEATHER_POLICY", policy_env)
@@ -348,7 +348,7 @@ def test_no_request_dropped_or_duplicated(sg, feather_on, policy):
     """Waves of arrivals, finishes, a retraction, an abort and a chunked prefill; the CHT
     follows SGLang's lists after every pass and every request is admitted exactly once,
     whether the policy drives the passes (`grouped`) or leaves them to SGLang (`fcfs`)."""
-    from feather_sched.integrations.sglang import queue_for
+    from feather_sched.sglang.plugin import queue_for
 
     feather_on.setenv("FEATHER_POLICY", policy)
     eng = Engine(
@@ -393,7 +393,7 @@ def test_no_request_dropped_or_duplicated(sg, feather_on, policy):
 
 
 def test_chunked_request_counts_as_running(sg, feather_on):
-    from feather_sched.integrations.sglang import queue_for
+    from feather_sched.sglang.plugin import queue_for
 
     eng = Engine(sg, "fcfs", chunked_prefill_size=64)
     long_req = make_req(sg, "LONG", "A", tail=100)
@@ -443,7 +443,7 @@ def test_plugin_off_leaves_sglang_orders_unchanged(sg, monkeypatch, policy):
 
 
 def test_priority_scheduling_keeps_sglang(sg, feather_on):
-    from feather_sched.integrations.sglang import queue_for
+    from feather_sched.sglang.plugin import queue_for
 
     tc = sg.RadixCache.create_simulated()
     policy = sg.sp.SchedulePolicy("fcfs", tc, False, True, False)
@@ -455,7 +455,7 @@ def test_policy_state_is_loaded_and_saved(sg, feather_on, tmp_path):
     (from the step hook) and a new scheduler starts from it."""
     from types import SimpleNamespace
 
-    from feather_sched.integrations.sglang import around_next_batch, queue_for
+    from feather_sched.sglang.plugin import around_next_batch, queue_for
 
     path = tmp_path / "feather-state.json"
     feather_on.setenv("FEATHER_POLICY", "feather")
@@ -480,7 +480,7 @@ def test_policy_state_is_loaded_and_saved(sg, feather_on, tmp_path):
 
 def test_sglang_bench_runs(sg, tmp_path, monkeypatch):
     """`feather sglang-bench`, the SGLang counterpart of `feather bench --engine vllm`."""
-    from feather_sched.harness.sglang_pass import main
+    from feather_lab.harness.sglang_pass import main
 
     monkeypatch.setenv("FEATHER_POLICY", "grouped")
     out = tmp_path / "pass.json"
@@ -497,7 +497,7 @@ def test_sglang_bench_runs(sg, tmp_path, monkeypatch):
 def test_sglang_bench_beside_a_running_batch(sg, tmp_path, monkeypatch, capsys):
     """`--running R --policy feather`: both arms form their batch beside R running requests
     (Feather's CHT holds them as running), the record says so; a bad value exits 2 first."""
-    from feather_sched.harness.sglang_pass import main
+    from feather_lab.harness.sglang_pass import main
 
     monkeypatch.setenv("FEATHER_POLICY", "grouped")
     for bad, named in (
@@ -519,8 +519,8 @@ def test_sglang_bench_beside_a_running_batch(sg, tmp_path, monkeypatch, capsys):
     row = record["results"][0]
     assert row["lpm_admitted"] > 0 and row["feather_batch_formation_ms"] > 0
     # the running batch reaches Feather's CHT as running
-    from feather_sched.harness import sglang_pass as H
-    from feather_sched.integrations.sglang import queue_for
+    from feather_lab.harness import sglang_pass as H
+    from feather_sched.sglang.plugin import queue_for
 
     s = H.Setup(0)
     s.max_running, s.feather_policy = 32, "feather"

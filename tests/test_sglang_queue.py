@@ -15,11 +15,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
 
-from feather_sched.harness.sglang_loop import StandInReq, kv_need, scheduler_loop
+from feather_lab.harness.sglang_loop import StandInReq, kv_need, scheduler_loop
 from feather_sched.index.cht import RequestState
-from feather_sched.integrations.sglang import settings_from_env
-from feather_sched.integrations.sglang_queue import Offer, SGLangQueue
 from feather_sched.policies.grouped import GroupedPolicy
+from feather_sched.sglang.plugin import settings_from_env
+from feather_sched.sglang.queue import Offer, SGLangQueue
 
 PREFIX = {g: [1000 * (i + 1) + t for t in range(128)] for i, g in enumerate("ABCD")}
 
@@ -454,7 +454,7 @@ def test_a_tail_holding_a_waiting_request_is_diffed_in_full_and_counted_so():
 
 @given(st.integers(1, 40), st.data())
 def test_move_is_pop_then_insert(n, data):
-    from feather_sched.integrations.list_snapshot import move
+    from feather_sched.sglang.snapshot import move
 
     j = data.draw(st.integers(0, n - 1))
     slot = data.draw(st.integers(0, j))
@@ -485,7 +485,7 @@ def test_snapshot_reads_only_the_tail_after_admissions_anywhere_in_the_pass(n, d
     skipped ones too: the deferral), filters them out (a new list, or the same one when it
     admitted nothing) and appends arrivals: the snapshot names exactly the arrivals. An
     abort or a reorder it did not see makes it answer None (the caller diffs it all)."""
-    from feather_sched.integrations.list_snapshot import ListSnapshot, move
+    from feather_sched.sglang.snapshot import ListSnapshot, move
 
     queue = [object() for _ in range(n)]
     snap = ListSnapshot()

@@ -31,7 +31,7 @@ PREFIX = 96
 
 
 def _require_sglang() -> None:
-    from feather_sched.integrations.sglang_cpu import prepare_cpu_import
+    from feather_sched.sglang.cpu import prepare_cpu_import
 
     prepare_cpu_import()
     if os.environ.get("FEATHER_REQUIRE_SGLANG") == "1":
@@ -47,7 +47,7 @@ def workload(tag: str = "", seed: int = 0):
     """Prefix groups arriving interleaved (two waves), long-output requests that outgrow the
     KV pool (SGLang must retract), a prompt longer than the prefill chunk, and two aborts:
     one while waiting, one while decoding. Rids are fixed-width: SGLang aborts by prefix."""
-    from feather_sched.harness.sglang_spec import ServeRequest
+    from feather_lab.harness.sglang_spec import ServeRequest
 
     rng = random.Random(seed)
     prefixes = {g: [rng.randrange(4, 500) for _ in range(PREFIX)] for g in "ABCD"}
@@ -79,7 +79,7 @@ def workload(tag: str = "", seed: int = 0):
 
 
 def loop_spec(policy: str | None, **kw):
-    from feather_sched.harness.sglang_spec import ServeSpec
+    from feather_lab.harness.sglang_spec import ServeSpec
 
     return ServeSpec(
         runs=[workload("a", 0), workload("b", 1)],
@@ -89,7 +89,7 @@ def loop_spec(policy: str | None, **kw):
         chunked_prefill_size=256,
         max_prefill_tokens=1024,
         chunk_tokens=32,
-        extra_policies={"raising": "feather_sched.harness.sglang_engine:RaisingPolicy"},
+        extra_policies={"raising": "feather_lab.harness.sglang_engine:RaisingPolicy"},
         # SGLang's own admission optimism (default 0.7 of max_new_tokens reserved): lower, it
         # admits more long-output requests than their decode will fit, so it must retract.
         env={"SGLANG_INIT_NEW_TOKEN_RATIO": "0.2"},
@@ -119,7 +119,7 @@ def state_path(tmp_path_factory):
 def served(state_path):
     """name -> the report of one scheduler process serving `loop_spec` (built on demand)."""
     _require_sglang()
-    from feather_sched.harness.sglang_engine import serve
+    from feather_lab.harness.sglang_engine import serve
 
     def get(name: str) -> dict:
         if name not in _reports:
@@ -212,8 +212,8 @@ def test_grouped_order_reaches_sglang_batches(served):
 
 
 def test_bandit_state_is_saved_and_reloaded(served, state_path):
-    from feather_sched.harness.sglang_engine import serve
-    from feather_sched.harness.sglang_spec import ServeSpec
+    from feather_lab.harness.sglang_engine import serve
+    from feather_lab.harness.sglang_spec import ServeSpec
 
     first = served("feather")["feather"]
     assert first["counters"].get("decisions", 0) > 0 or first["stats"]["decisions"] > 0
@@ -238,7 +238,7 @@ def test_feather_bench_engine_sglang(tmp_path):
     _require_sglang()
     from typer.testing import CliRunner
 
-    from feather_sched.cli import app
+    from feather_lab.cli import app
 
     out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
     args = ["bench", "--engine", "sglang", "--policies", "fcfs,grouped", "--repeats", "1"]

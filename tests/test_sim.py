@@ -9,15 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import SimulationError, Simulator, simulate
+from feather_lab.sim.result import TIMING_KEYS
+from feather_lab.workloads import MultiTurnWorkload, NoSharingWorkload, SharedPrefixWorkload
 from feather_sched import Request
 from feather_sched.cost import StepCostModel, load_hardware
 from feather_sched.policies.base import Policy, PolicyError, SchedulerView
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.grouped import GroupedPolicy
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import SimulationError, Simulator, simulate
-from feather_sched.sim.result import TIMING_KEYS
-from feather_sched.workloads import MultiTurnWorkload, NoSharingWorkload, SharedPrefixWorkload
 
 COST = StepCostModel("h100-free-l2", "llama-3-8b")
 CPU_ESTIMATE = load_hardware("cpu").replace(
@@ -182,7 +182,7 @@ def test_engine_config_validation_and_kv_sizing() -> None:
 
 def test_homogeneous_batches_step_faster_than_mixed_ones() -> None:
     """The cost model's effect reaches the simulator: same work, grouped order is faster."""
-    from feather_sched.workloads import LongPrefixWorkload
+    from feather_lab.workloads import LongPrefixWorkload
 
     reqs = LongPrefixWorkload(
         num_prefixes=4, prefix_len=8000, requests_per_prefix=24, output_len=20
@@ -241,7 +241,7 @@ def test_sequential_attention_rewards_adjacent_prefixes() -> None:
     """On a sequential-attention profile the batch's order matters: grouped admission leaves
     each prefix's requests adjacent, a shuffled queue interleaves them. Same batches, same
     KV; only the reuse span differs. On a batch-wide (GPU) profile the two tie."""
-    from feather_sched.workloads import LongPrefixWorkload
+    from feather_lab.workloads import LongPrefixWorkload
 
     reqs = LongPrefixWorkload(
         num_prefixes=16,

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
 from feather_sched import Request
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.feather import FeatherPolicy
 from feather_sched.policies.registry import make_policy
 from feather_sched.policies.starvation import StarvationGuard
-from feather_sched.sim.config import EngineConfig
-from feather_sched.sim.engine import simulate
 
 COST = StepCostModel("h100-free-l2", "llama-3-8b")
 

@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from feather_sched.request import Request
-from feather_sched.workloads import (
+from feather_lab.workloads import (
     SharedPrefixWorkload,
     TraceFormatError,
     TraceWorkload,
@@ -25,7 +24,8 @@ from feather_sched.workloads import (
     trace_stats,
     write_jsonl,
 )
-from feather_sched.workloads.traces import detect_format
+from feather_lab.workloads.traces import detect_format
+from feather_sched.request import Request
 
 MOONCAKE = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake_synthetic_trace.jsonl"
@@ -351,7 +351,7 @@ def test_a_mooncake_trace_without_hash_ids_says_so(tmp_path: Path) -> None:
 
 
 def test_a_prompt_no_model_can_hold_is_refused(tmp_path: Path, monkeypatch) -> None:
-    from feather_sched.workloads import traces
+    from feather_lab.workloads import traces
 
     monkeypatch.setattr(traces, "MAX_TRACE_TOKENS", 4)  # 10M tokens would be a 80 MB line
     path = write_lines(tmp_path / "long.jsonl", [jl(prompt=[1, 2, 3, 4, 5])])

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from feather_lab.harness.tiny_llama import ENGINE_MODELS
 from feather_sched.cost import load_model
-from feather_sched.harness.tiny_llama import ENGINE_MODELS
 from feather_sched.host.tracker import RequestTracker, TrackerError, hash_to_int, sample_chain
 from feather_sched.index.cht import RequestState, chunk_digests
 
@@ -202,10 +202,10 @@ def test_request_view_is_the_eager_request(tokens, max_tokens, arrival, engine) 
     the prompt is copied only when read."""
     from array import array
 
-    from feather_sched.harness.sglang_loop import StandInReq
+    from feather_lab.harness.sglang_loop import StandInReq
     from feather_sched.host.tracker import RequestView
-    from feather_sched.integrations.sglang_queue import SGLANG_FIELDS
     from feather_sched.request import Request
+    from feather_sched.sglang.queue import SGLANG_FIELDS
 
     if engine == "vllm":
         r = FakeRequest("r", tokens, max_tokens, arrival)  # type: ignore[arg-type]

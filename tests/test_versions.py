@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from feather_sched.integrations import versions
-from feather_sched.integrations.versions import (
+from feather_sched.host import versions
+from feather_sched.host.versions import (
     ALLOW_UNSUPPORTED_ENV,
     SUPPORTED,
     check_engine_version,

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from feather_sched.bench.report import add_relative
-from feather_sched.harness.vllm_engine import StepProbe
+from feather_lab.bench.report import add_relative
+from feather_lab.harness.vllm_engine import StepProbe
 
 
 class _Scheduler:

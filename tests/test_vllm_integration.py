@@ -22,7 +22,7 @@ from requires import require
 pytestmark = pytest.mark.vllm
 
 # One unbound OMP thread (before torch loads): steadier on a small shared machine; see
-# feather_sched.integrations.vllm_local.CPU_THREAD_DEFAULTS. Only where vLLM is there to use it.
+# feather_sched.vllm.local.CPU_THREAD_DEFAULTS. Only where vLLM is there to use it.
 if importlib.util.find_spec("vllm") is not None:
     for _key, _value in {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}.items():
         os.environ.setdefault(_key, _value)
@@ -36,17 +36,17 @@ from vllm.inputs import TokensPrompt  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 
 from eager_kv_gate import EagerKvGate  # noqa: E402
-from feather_sched.harness.tiny_llama import TINY_LLAMA, build_tiny_llama  # noqa: E402
-from feather_sched.integrations.vllm import (  # noqa: E402
-    FeatherAsyncScheduler,
-    FeatherScheduler,
-)
-from feather_sched.integrations.vllm_admission import (  # noqa: E402
+from feather_lab.harness.tiny_llama import TINY_LLAMA, build_tiny_llama  # noqa: E402
+from feather_sched.policies.base import Policy, SchedulerView  # noqa: E402
+from feather_sched.policies.registry import make_policy, policy_names  # noqa: E402
+from feather_sched.vllm.admission import (  # noqa: E402
     FeatherRequestQueue,
     VllmSchedulerView,
 )
-from feather_sched.policies.base import Policy, SchedulerView  # noqa: E402
-from feather_sched.policies.registry import make_policy, policy_names  # noqa: E402
+from feather_sched.vllm.scheduler import (  # noqa: E402
+    FeatherAsyncScheduler,
+    FeatherScheduler,
+)
 
 BLOCK = 32
 KV_BLOCKS = 24  # 768 tokens of KV: the workloads below preempt
@@ -89,7 +89,7 @@ def default_llm(model_dir, engine_env) -> LLM:
 def feather_llm(model_dir, engine_env) -> LLM:
     return LLM(
         model_dir,
-        scheduler_cls="feather_sched.integrations.vllm.FeatherScheduler",
+        scheduler_cls="feather_sched.vllm.FeatherScheduler",
         **ENGINE_ARGS,
     )
 
@@ -99,12 +99,12 @@ def async_llm(model_dir, engine_env) -> LLM:
     # Module-scoped like the others: engines share process-wide torch.distributed state, and
     # one torn down mid-module would take it from the engines still in use. The plain class
     # name: FeatherScheduler must pick its async variant by itself.
-    from feather_sched.harness.vllm_engine import keep_async_scheduling
+    from feather_lab.harness.vllm_engine import keep_async_scheduling
 
     with keep_async_scheduling():
         return LLM(
             model_dir,
-            scheduler_cls="feather_sched.integrations.vllm.FeatherScheduler",
+            scheduler_cls="feather_sched.vllm.FeatherScheduler",
             async_scheduling=True,
             **ENGINE_ARGS,
         )
@@ -511,7 +511,7 @@ def test_policy_state_is_saved_while_serving_and_at_shutdown(
 
 
 def test_bench_run_once_reports_a_row(feather_llm, feather) -> None:
-    from feather_sched.harness.vllm_engine import run_once
+    from feather_lab.harness.vllm_engine import run_once
     from feather_sched.request import Request
 
     rng = np.random.default_rng(8)
@@ -531,7 +531,7 @@ def test_bench_feather_learns_across_runs_with_a_policy_state(
 ) -> None:
     """`feather bench --engine vllm --policy-state FILE`: each feather run starts from the
     table the previous one saved."""
-    from feather_sched.harness.vllm_engine import KvScenario, VllmBenchSpec, run_repetition
+    from feather_lab.harness.vllm_engine import KvScenario, VllmBenchSpec, run_repetition
     from feather_sched.policies.feather import FeatherPolicy
     from feather_sched.request import Request
 
@@ -565,8 +565,8 @@ def test_bench_feather_learns_across_runs_with_a_policy_state(
 
 
 def test_calibrate_measures_shared_blocks(default_llm) -> None:
+    from feather_lab.harness.vllm_calibrate import measure
     from feather_sched.cost.composition import Composition
-    from feather_sched.harness.vllm_calibrate import measure
 
     samples = measure(default_llm, Composition(4, 2, 2 * BLOCK, 8, 4), TINY_LLAMA.vocab_size, 0)
     decode = [s for s in samples if s.kind == "decode"]

@@ -18,7 +18,7 @@ if importlib.util.find_spec("vllm") is not None:  # before torch loads (see test
 
 require("vllm", "vllm", "needs the real vLLM engine: pip install -e '.[vllm]' (see pyproject)")
 
-from feather_sched.harness.vllm_pass import HOOKS, VllmPassSpec, run_vllm_pass  # noqa: E402
+from feather_lab.harness.vllm_pass import HOOKS, VllmPassSpec, run_vllm_pass  # noqa: E402
 
 N = 50
 SPEC = VllmPassSpec(

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from feather_sched.cli import app
+from feather_lab.cli import app
 
 runner = CliRunner()
 
@@ -41,7 +41,7 @@ class _Tracker:
 def _books(tracked: int | None = None, leftover: dict | None = None, **over) -> dict:
     """`account` on a scheduler that holds `leftover` requests (and, with `tracked`, a
     Feather tracker holding that many) after a run of 3 requests: 1 finished, 2 aborted."""
-    from feather_sched.harness.vllm_pass import VllmPassSpec, account
+    from feather_lab.harness.vllm_pass import VllmPassSpec, account
 
     feather = None if tracked is None else SimpleNamespace(index=_Tracker(tracked))
     sched = SimpleNamespace(requests=leftover or {}, waiting=[], running=[], feather=feather)

@@ -1,6 +1,6 @@
 """`OrderedRequestQueue` behaves as vLLM's own `FCFSRequestQueue` under any operation sequence.
 
-The Feather scheduler stands it in for vLLM's FCFS deque (integrations/vllm_queue.py), so
+The Feather scheduler stands it in for vLLM's FCFS deque (vllm/queue.py), so
 every operation vLLM's scheduler uses must leave both in the same order, with the same result
 and the same errors. A hypothesis state machine drives both with real vLLM requests.
 """
@@ -22,7 +22,7 @@ from vllm import SamplingParams  # noqa: E402
 from vllm.v1.core.sched.request_queue import FCFSRequestQueue  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 
-from feather_sched.integrations.vllm_queue import OrderedRequestQueue  # noqa: E402
+from feather_sched.vllm.queue import OrderedRequestQueue  # noqa: E402
 
 
 def _request(i: int) -> Request:

@@ -15,8 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.table import Table
 
-from feather_sched.request import Request
-from feather_sched.workloads import (
+from feather_lab.workloads import (
     WORKLOADS,
     AllAtOnce,
     ArrivalProcess,
@@ -34,12 +33,13 @@ from feather_sched.workloads import (
     render_stats,
     trace_stats,
 )
-from feather_sched.workloads.prefix_groups import PrefixGroups
-from feather_sched.workloads.stats import (
+from feather_lab.workloads.prefix_groups import PrefixGroups
+from feather_lab.workloads.stats import (
     cacheable_prefix_lengths,
     common_prefix_len,
     shared_prefix_lengths,
 )
+from feather_sched.request import Request
 
 
 def lcp(a: np.ndarray, b: np.ndarray) -> int:

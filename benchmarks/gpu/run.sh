@@ -53,11 +53,11 @@ else
   DEV=cuda
 fi
 # The Triton kernel against the torch reference on this device (fp32 and bf16), before timing.
-timeout 180 "$PY" -m feather_sched.probe.selfcheck --device "$DEV" | tee "$DEST/selfcheck.json" \
+timeout 180 "$PY" -m feather_lab.probe.selfcheck --device "$DEV" | tee "$DEST/selfcheck.json" \
   || echo "== SELFCHECK FAILED (see selfcheck.json): timing the kernel anyway"
 LEFT=$((450 - (SECONDS - START)))
 ((BUDGET > LEFT - 90)) && BUDGET=$((LEFT - 90))  # leave time for the last composition and the fit
-timeout "$LEFT" "$PY" -m feather_sched.probe "${ARGS[@]}" --budget-s "$BUDGET" \
+timeout "$LEFT" "$PY" -m feather_lab.probe "${ARGS[@]}" --budget-s "$BUDGET" \
   --out "$DEST/PROFILE.json" --json "$DEST/RESULTS.json" --plot "$DEST/plot.png" \
   || { echo "== probe failed (rc $?): what it measured is in $DEST/RESULTS.json.partial"; exit 1; }
 echo "== probe done after $((SECONDS - START)) s"
@@ -67,7 +67,7 @@ echo "== probe done after $((SECONDS - START)) s"
 # when the CLI's dependencies import and enough of the 8 minutes is left.
 if [[ "${PROBE_BENCH:-0}" == "1" ]] && "$PY" -c "import typer, rich, xxhash, matplotlib" 2>/dev/null \
   && ((SECONDS - START < 330)); then
-  timeout $((450 - (SECONDS - START))) "$PY" -m feather_sched.cli bench \
+  timeout $((450 - (SECONDS - START))) "$PY" -m feather_lab.cli bench \
     --hardware "$DEST/PROFILE.json" --json "$DEST/bench.json" --plot "$DEST/bench.png" \
     || echo "bench did not finish here: run it afterwards (see the header)"
 else

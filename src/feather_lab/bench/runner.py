@@ -1,0 +1,290 @@
+"""`feather bench` on the simulator, end to end: check, run, print, save.
+
+Everything that can be wrong with the input is found by `SimBench.prepare`, before the
+first simulation: options, profiles, every workload (built, context- and KV-checked), the
+policy state file, and every output path. `run` then prints each workload's rows as soon as
+they are done, writes the JSON record first (a failed plot never loses the rows), and on
+Ctrl-C keeps the rows finished so far (record marked `interrupted`, exit status 130).
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from feather_lab.bench.machine import write_record
+from feather_lab.bench.output import (
+    LEGEND,
+    BenchProgress,
+    check_output_path,
+    check_plot_path,
+    columns_for,
+    header,
+    terminal_width,
+    workload_block,
+)
+from feather_lab.bench.suite import (
+    BenchCosts,
+    BenchSpec,
+    PreparedWorkload,
+    prepare_workloads,
+    run_bench,
+    unscaled_workloads,
+)
+from feather_lab.sim.scheduler_cpu import load_scheduler_cpu
+from feather_sched.cost import load_hardware
+
+
+def package_version() -> str:
+    from feather_sched import __version__
+
+    return __version__
+
+
+@functools.cache
+def git_commit() -> str | None:
+    """The source tree's git commit (with `+dirty` when it has changes), or None."""
+    src = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(src), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "") if head else None
+
+
+def config_provenance() -> dict[str, Any]:
+    """What produced a record: the package version and its git commit (None outside git)."""
+    return {"feather_version": package_version(), "git_commit": git_commit()}
+
+
+def hardware_provenance(hardware: str) -> dict[str, str]:
+    """What a record says of its hardware profile: how far its numbers are measured."""
+    hw = load_hardware(hardware)
+    return {"hardware_provenance": hw.provenance, "hardware_provenance_note": hw.provenance_note}
+
+
+def scheduler_cpu_provenance(spec: BenchSpec) -> dict[str, Any]:
+    """What a record says of the scheduler's CPU on its clock: the mode, the overlap rule
+    and, for the model, the record it was fitted from."""
+    mode = spec.scheduler_cpu
+    note = {
+        "model": load_scheduler_cpu().provenance,
+        "measured": "the policy's own Python CPU as the simulator timed it on this host",
+        "off": "not charged",
+    }[mode]
+    rule = "max(gpu, cpu)" if spec.engine.async_scheduling else "gpu + cpu"
+    return {"scheduler_cpu": mode, "scheduler_cpu_rule": rule, "scheduler_cpu_note": note}
+
+
+def scheduler_cpu_label(spec: BenchSpec) -> str:
+    """The header's words for it, as the hardware's `name (provenance)`."""
+    info = scheduler_cpu_provenance(spec)
+    if info["scheduler_cpu"] == "off":
+        return "scheduler CPU off the clock"
+    source = load_scheduler_cpu().record if info["scheduler_cpu"] == "model" else "timed here"
+    return f"scheduler CPU {info['scheduler_cpu']} ({source}), step = {info['scheduler_cpu_rule']}"
+
+
+def provenance_warning(hardware: str) -> str | None:
+    """One line for stderr when the profile is not measured (None when it is)."""
+    hw = load_hardware(hardware)
+    if hw.provenance == "measured":
+        return None
+    why = hw.provenance_note.split(". ")[0] if hw.provenance_note else "no note"
+    return f"note: hardware profile {hw.name!r} is {hw.provenance}, not measured: {why}."
+
+
+def sim_config(spec: BenchSpec, prepared: dict[str, PreparedWorkload]) -> dict[str, Any]:
+    """The sim record's config: the options as given (`max_num_seqs` None when each workload
+    keeps its own) and every parameter of every workload as it ran."""
+    engine = spec.engine
+    asked_seqs = engine.max_num_seqs if "max_num_seqs" in spec.engine_overrides else None
+    return {
+        **config_provenance(),
+        "engine_kind": "sim",
+        "hardware": spec.hardware,
+        **hardware_provenance(spec.hardware),
+        **scheduler_cpu_provenance(spec),
+        "model": spec.model,
+        "kernel": spec.kernel,
+        "seed": spec.seed,
+        "drop_overlong": spec.drop_overlong,
+        "policies": list(spec.policies),
+        "arrival": spec.arrival,
+        "rate_scale": spec.rate_scale,
+        "limit": spec.limit,
+        "slo": {"ttft_s": spec.slo.ttft_s, "tpot_s": spec.slo.tpot_s},
+        "rates": list(spec.rates) if spec.rates else None,
+        "feather_hardware": spec.feather_hardware,
+        "engine": {
+            "max_num_seqs": asked_seqs,
+            "max_num_batched_tokens": engine.max_num_batched_tokens,
+            "num_kv_blocks": engine.num_kv_blocks,
+        },
+        "workloads": {name: p.params for name, p in prepared.items()},
+    }
+
+
+@dataclass
+class SimBench:
+    spec: BenchSpec
+    json_out: Path
+    plot: Path
+    prepared: dict[str, PreparedWorkload]
+    costs: BenchCosts
+
+    @classmethod
+    def prepare(cls, spec: BenchSpec, json_out: Path, plot: Path) -> SimBench:
+        """Every check; raises ValueError/OSError naming what is wrong and what is valid."""
+        spec.validate()
+        check_output_path(json_out, "--json")
+        check_plot_path(plot)
+        if spec.steps_out is not None:
+            check_output_path(spec.steps_out, "--steps-out")
+        if spec.policy_state is not None:
+            check_output_path(spec.policy_state, "--policy-state")
+            if spec.policy_state.is_file() and "feather" in spec.policies:
+                from feather_sched.policies.feather import FeatherPolicy
+
+                FeatherPolicy.read_state(spec.policy_state)  # a bad file fails here
+        if len({json_out.resolve(), plot.resolve()}) < 2:
+            raise ValueError(f"--json and --plot are the same file: {json_out}")
+        costs = spec.costs()  # the profiles, feather's prior's too, checked before any run
+        status = None
+        if sys.stderr.isatty():
+            from rich.console import Console
+
+            status = Console(stderr=True).status("building workloads")
+            status.start()
+        try:
+            prepared = prepare_workloads(spec, costs.run)
+        finally:
+            if status is not None:
+                status.stop()
+        unscaled = unscaled_workloads(spec, prepared)
+        if unscaled:  # some workloads do scale (else prepare_workloads refused): say which not
+            print(
+                f"note: --rate-scale {spec.rate_scale:g} leaves {', '.join(unscaled)} "
+                "unchanged: its requests all arrive at once",
+                file=sys.stderr,
+                flush=True,
+            )
+        return cls(spec, json_out, plot, prepared, costs)
+
+    def title(self) -> str:
+        s = self.spec
+        extra = "".join(
+            f", {k} {v}"
+            for k, v in (
+                ("arrival", s.arrival),
+                ("rate x", s.rate_scale),
+                ("limit", s.limit),
+                ("SLO ttft", s.slo.ttft_s),
+                ("SLO tpot", s.slo.tpot_s),
+                ("rates", ",".join(f"{r:g}" for r in s.rates) if s.rates else None),
+            )
+            if v is not None
+        )
+        hw = load_hardware(s.hardware)
+        return (
+            f"feather bench, simulated: {hw.name} ({hw.provenance}) + {s.model}, "
+            f"{s.kernel} kernel, seed {s.seed}, {scheduler_cpu_label(s)}{extra}"
+        )
+
+    def run(self) -> int:
+        """Run, print, save; the exit status (0, 1 if the plot failed, 130 if interrupted)."""
+        cols = columns_for(terminal_width())
+        rows: list[dict] = []
+        interrupted = False
+        failure: str | None = None
+        warning = provenance_warning(self.spec.hardware)
+        if warning is not None:
+            print(warning, file=sys.stderr, flush=True)
+        with BenchProgress(self.spec.total_runs()) as progress:
+            progress.emit(self.title())
+            progress.emit(header(cols))
+
+            def show(done: list[dict]) -> None:
+                for line in workload_block(done, cols):
+                    progress.emit(line)
+
+            try:
+                run_bench(
+                    self.spec,
+                    on_progress=progress.run_done,
+                    on_rows=show,
+                    on_sim=progress.inside,
+                    prepared=self.prepared,
+                    rows=rows,
+                    costs=self.costs,
+                )
+            except KeyboardInterrupt:
+                interrupted = True
+            except Exception as err:  # keep what finished; say what broke
+                failure = f"{type(err).__name__}: {err}"
+        print(LEGEND, flush=True)
+        return self.save(rows, interrupted, failure)
+
+    def save(self, rows: list[dict], interrupted: bool, failure: str | None = None) -> int:
+        from feather_lab.bench.report import add_relative
+        from feather_lab.bench.suite import BASELINE
+
+        if interrupted or failure is not None:
+            add_relative(rows, BASELINE)  # the unfinished workload's rows too
+        config = sim_config(self.spec, self.prepared)
+        if interrupted:
+            config["interrupted"] = True
+        if failure is not None:
+            config["failed"] = failure
+        write_record(self.json_out, config=config, rows=rows)
+        if failure is not None:
+            print(
+                f"error: the bench stopped ({failure}); {len(rows)} finished rows saved "
+                f"to {self.json_out}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 1
+        if interrupted:
+            print(
+                f"interrupted: {len(rows)} finished rows saved to {self.json_out}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 130
+        if not rows:
+            return 0
+        from feather_lab.bench import report
+
+        try:
+            if self.spec.rates:
+                report.plot_sweep(rows, self.plot, self.title())
+            else:
+                report.plot_results(rows, self.plot, self.title())
+        except Exception as err:  # the rows are saved; only the plot is lost
+            print(
+                f"error: rows saved to {self.json_out}, but the plot {self.plot} failed: {err}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 1
+        steps = f" and {self.spec.steps_out}" if self.spec.steps_out is not None else ""
+        print(f"wrote {self.json_out}, {self.plot}{steps}", flush=True)
+        return 0

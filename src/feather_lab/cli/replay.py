@@ -1,0 +1,203 @@
+"""`feather replay URL [URL ...]`: a workload against live OpenAI-compatible servers, A/B."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from feather_lab.bench.machine import write_record
+from feather_lab.cli.common import (
+    app,
+    console,
+    err_console,
+    fail,
+    names,
+    schedule_fields,
+    slo_of,
+    writable,
+)
+from feather_lab.cli.options import (
+    Arrival,
+    DropOverlong,
+    JsonOut,
+    Limit,
+    MaxConcurrency,
+    Rates,
+    RateScale,
+    ReplayApi,
+    ReplayLabels,
+    ReplayModel,
+    ReplayUrls,
+    ReplayWorkloads,
+    RequestTimeout,
+    Scenario,
+    Seed,
+    SloTpot,
+    SloTtft,
+    StreamInterval,
+    VocabSize,
+)
+
+
+@app.command("replay")
+def replay(
+    urls: ReplayUrls,
+    label: ReplayLabels = None,
+    workload: ReplayWorkloads = None,
+    model: ReplayModel = None,
+    vocab_size: VocabSize = None,
+    seed: Seed = 0,
+    arrival: Arrival = None,
+    rate_scale: RateScale = None,
+    rates: Rates = None,
+    limit: Limit = None,
+    drop_overlong: DropOverlong = False,
+    slo_ttft: SloTtft = None,
+    slo_tpot: SloTpot = None,
+    max_concurrency: MaxConcurrency = None,
+    request_timeout: RequestTimeout = 300.0,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per (workload, server).")] = 1,
+    scenario: Scenario = None,
+    reset_prefix_cache: Annotated[
+        bool, typer.Option(help="Empty each server's prefix cache before each run, if it lets.")
+    ] = True,
+    json_out: JsonOut = Path("feather-replay.json"),
+    stream_interval: StreamInterval = 1,
+    api: ReplayApi = "completions",
+) -> None:
+    """Send a workload to live servers (prompts as token ids, fixed output lengths,
+    streamed, on the workload's arrival schedule); latency percentiles, throughput, goodput
+    and the server's own metrics per server; with several URLs, B/A per metric."""
+    if importlib.util.find_spec("httpx") is None:
+        fail(RuntimeError("feather replay needs httpx: pip install 'feather-sched[replay]'"))
+    opts = dict(locals())
+    from feather_lab.replay.client import APIS
+
+    if api not in APIS:
+        fail(ValueError(f"--api {api!r}: valid: {', '.join(APIS)}"))
+    writable(json=json_out)
+    labels = _labels(label, len(urls))
+    endpoints = _preflight(urls)
+    workloads = _workloads(opts, endpoints)
+    _run(opts, labels, endpoints, workloads)
+
+
+def _labels(text: str | None, count: int) -> tuple[str, ...]:
+    if text is None and count <= 26:
+        return tuple(chr(ord("A") + i) for i in range(count))
+    labels = tuple(names([text or ""]))
+    if len(labels) != count or len(set(labels)) != count:
+        fail(ValueError(f"--label {text!r}: give {count} distinct names, one per URL"))
+    return labels
+
+
+def _preflight(urls: list[str]) -> list[Any]:
+    """Every server checked (reachable, an OpenAI-style API, one model) before any run."""
+    from feather_lab.replay.client import EndpointError, preflight
+
+    endpoints = []
+    for url in urls:
+        try:
+            endpoints.append(preflight(url))
+        except EndpointError as err:
+            fail(err)
+    return endpoints
+
+
+def _workloads(opts: dict[str, Any], endpoints: list[Any]) -> list[Any]:
+    """The workloads, built and fitted to the smallest context the servers report."""
+    from feather_lab.bench.suite import BenchSpec
+    from feather_lab.replay.workload import replay_workloads
+
+    chosen = names(opts["workload"]) if opts["workload"] else None
+    if not chosen and opts["model"] is None:
+        fail(ValueError("--workload: name at least one (`feather list workloads`)"))
+    contexts = [e.max_model_len for e in endpoints if e.max_model_len]
+    try:
+        spec = BenchSpec(
+            workloads=chosen or _default_workloads(opts["model"]),
+            seed=opts["seed"],
+            drop_overlong=opts["drop_overlong"],
+            **schedule_fields(opts),
+        )
+        return replay_workloads(
+            spec, opts["model"], opts["vocab_size"], min(contexts) if contexts else None
+        )
+    except ValueError as err:
+        fail(err)
+
+
+def _default_workloads(model: str | None) -> tuple[str, ...]:
+    from feather_lab.harness.vllm_spec import ENGINE_SCALES
+
+    return ENGINE_SCALES[model].default_workloads if model in ENGINE_SCALES else ()
+
+
+def _run(opts: dict[str, Any], labels: tuple[str, ...], endpoints: list, workloads: list) -> None:
+    """The runs, a line per run as it ends; the table, the A/B and the JSON record (also
+    after Ctrl-C, with the runs that finished)."""
+    from feather_lab.replay.client import ClientOptions
+    from feather_lab.replay.runner import Interrupted, ReplaySpec, run_ab
+
+    spec = ReplaySpec(
+        labels=labels,
+        repeats=opts["repeats"],
+        client=ClientOptions(
+            opts["max_concurrency"], opts["request_timeout"], opts["stream_interval"], opts["api"]
+        ),
+        slo=slo_of(opts),
+        reset_prefix_cache=opts["reset_prefix_cache"],
+    )
+    if opts["scenario"]:
+        workloads = [_tagged(w, opts["scenario"]) for w in workloads]
+    try:
+        runs = run_ab(endpoints, workloads, spec, on_run=_progress)
+    except Interrupted as cut:
+        _report(cut.runs, opts, labels, endpoints, interrupted=True)
+        raise typer.Exit(130) from None
+    _report(runs, opts, labels, endpoints, interrupted=False)
+
+
+def _tagged(work: Any, scenario: str) -> Any:
+    import dataclasses
+
+    params = {**work.params, "scenario": scenario}
+    return dataclasses.replace(work, name=f"{work.name} ({scenario})", params=params)
+
+
+def _progress(row: dict[str, Any]) -> None:
+    err_console.print(
+        f"{row['workload']} on {row['policy']}: {row['finished']}/{row['requests']} finished, "
+        f"{row['failed']} failed, {row['output_tok_s']:,.1f} output tok/s"
+        + (f" (first failure: {row['first_error']})" if row["first_error"] else ""),
+        soft_wrap=True,
+        markup=False,
+    )
+
+
+def _report(
+    runs: list[dict], opts: dict[str, Any], labels: tuple, endpoints: list, interrupted: bool
+) -> None:
+    """The median rows' table, the A/B table and the JSON record (written first)."""
+    from feather_lab.bench.output import results_text, terminal_width
+    from feather_lab.bench.runner import config_provenance
+    from feather_lab.replay.report import ab_text, replay_config
+
+    json_out: Path = opts["json_out"]
+    if not runs:
+        err_console.print("interrupted before any run finished; nothing written")
+        return
+    from feather_lab.replay.runner import summarize
+
+    rows, ab = summarize(runs, labels)
+    config = {**config_provenance(), **replay_config(opts, labels, endpoints)}
+    write_record(json_out, config=config, rows=rows, ab=ab, runs=runs, interrupted=interrupted)
+    title = f"feather replay: {', '.join(f'{lb} {e.url}' for lb, e in zip(labels, endpoints))}"
+    print(results_text(rows, title, terminal_width()), flush=True)
+    if ab:
+        print(ab_text(ab, rows))
+    note = " (interrupted: the runs that finished)" if interrupted else ""
+    console.print(f"wrote {json_out}{note}")

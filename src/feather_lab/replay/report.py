@@ -1,0 +1,59 @@
+"""How a replay is reported beside the bench's own table: the A/B table (B/A per metric,
+with each side's run-to-run spread) and the record's config."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from feather_lab.bench.columns import Column
+
+_AUTO = Column("value", "value", "")
+
+
+def _value(v: Any) -> str:
+    return _AUTO.text(v)
+
+
+def ab_text(ab: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) -> str:
+    """One block per (workload, B): each metric's A and B medians and B/A; the title gives
+    each side's throughput over its runs (the spread a B/A should be read against)."""
+    runs = {(r["workload"], r["policy"]): r.get("output_tok_s_runs") for r in rows}
+    lines: list[str] = []
+    current = None
+    for e in ab:
+        key = (e["workload"], e["b"])
+        if key != current:
+            current = key
+            a_runs, b_runs = runs.get((e["workload"], e["a"])), runs.get(key)
+            lines += ["", f"{e['workload']}: {e['b']} / {e['a']}  (output tok/s by run: "
+                      f"{e['a']} {a_runs}, {e['b']} {b_runs})"]  # fmt: skip
+            lines.append(f"  {'metric':<24} {e['a']:>10} {e['b']:>10} {'B/A':>7}  better")
+        ratio = "-" if e["b_over_a"] is None else f"{e['b_over_a']:.3f}"
+        lines.append(
+            f"  {e['metric']:<24} {_value(e['a_value']):>10} {_value(e['b_value']):>10} "
+            f"{ratio:>7}  {e['better']}"
+        )
+    return "\n".join(lines)
+
+
+def replay_config(
+    opts: dict[str, Any], labels: Sequence[str], endpoints: Sequence[Any]
+) -> dict[str, Any]:
+    """What the record says it ran: the servers (label, URL, served model, context), the
+    workload and client options as given."""
+    keys = (
+        "model", "vocab_size", "seed", "arrival", "rate_scale", "rates", "limit",
+        "drop_overlong", "slo_ttft", "slo_tpot", "max_concurrency", "request_timeout",
+        "repeats", "scenario", "reset_prefix_cache", "stream_interval", "api",
+    )  # fmt: skip
+    servers = [
+        {"label": lb, "url": e.url, "served_model": e.model, "max_model_len": e.max_model_len}
+        for lb, e in zip(labels, endpoints)
+    ]
+    return {
+        "engine": "replay",
+        "workloads": [w.strip() for item in opts["workload"] or [] for w in item.split(",")],
+        "servers": servers,
+        **{k: opts.get(k) for k in keys},
+    }

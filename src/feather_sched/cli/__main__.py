@@ -1,5 +1,0 @@
-"""`python -m feather_sched.cli`."""
-
-from feather_sched.cli import app
-
-app()
