@@ -41,6 +41,18 @@ __all__ = ["FeatherAsyncScheduler", "FeatherScheduler"]
 logger = logging.getLogger("feather_sched.vllm")
 
 
+def _log_through_vllm() -> None:
+    """Feather's lines in vLLM's log, in vLLM's format: vLLM configures only its own `vllm`
+    logger, so Feather's would otherwise drop everything below a warning."""
+    ours, theirs = logging.getLogger("feather_sched"), logging.getLogger("vllm")
+    if ours.handlers or not theirs.handlers:
+        return
+    for handler in theirs.handlers:
+        ours.addHandler(handler)
+    ours.setLevel(theirs.getEffectiveLevel())
+    ours.propagate = False
+
+
 def _policy(settings: FeatherSettings) -> Policy:
     """The configured policy; `off` is vLLM's own order (fcfs leaves every step to it)."""
     return settings.make_policy() if settings.enabled else make_policy("fcfs")
@@ -69,6 +81,7 @@ class FeatherScheduler(Scheduler):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_engine_version("vllm")  # the adapter relies on vLLM internals: fail at startup
+        _log_through_vllm()
         super().__init__(*args, **kwargs)
         settings = FeatherSettings.from_env()
         policy = _policy(settings)
@@ -86,7 +99,7 @@ class FeatherScheduler(Scheduler):
         self._feather_last_done = 0.0
         logger.info(
             "feather scheduler: policy %r, CHT chunk %d tokens (%s)",
-            policy.name,
+            policy.name if settings.enabled else "off: vLLM's own order",
             index.cht.chunk_size,
             type(self).__name__,
         )
