@@ -1,4 +1,4 @@
-"""The flat CHT this repository used before issue 16 (one dict entry per chunk key), kept as a
+"""A flat CHT (one dict entry per chunk key), kept as a
 reference: the path-compressed CHT must give exactly its answers, ties included (candidate
 order decides admissions, so the simulator's decisions depend on it). Test-only code."""
 

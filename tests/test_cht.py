@@ -54,7 +54,7 @@ class CHTAgainstRadix(RuleBasedStateMachine):
     def setup(self, chunk: int) -> None:
         self.chunk = chunk
         self.cht = ChunkedHashTree(chunk)
-        self.flat = FlatCHT(chunk)  # the pre-issue-16 index: same answers, ties included
+        self.flat = FlatCHT(chunk)  # the flat index: same answers, ties included
         self.radix_waiting = RadixTree()
         self.radix_running = RadixTree()
         self.prompts: dict[str, np.ndarray] = {}

@@ -1,5 +1,5 @@
-"""The scheduler's CPU on the simulated clock (issue 31): the cost model's fit against its
-record, the engine's overlap rule, the bench option, and `off` as the simulator was."""
+"""The scheduler's CPU on the simulated clock: the cost model's fit against its
+record, the engine's overlap rule, the bench option, and `off`: nothing charged."""
 
 from __future__ import annotations
 
