@@ -1,21 +1,11 @@
 """Multi-replica simulation: N engines behind a router, on one clock.
 
-Each replica is today's simulator engine (`sim.engine.Simulator`, its own policy, KV cache
-and CHT), driven one step at a time instead of run to completion (`ReplicaEngine`). The
-cluster is a discrete-event loop over one clock: the next event is either an arrival (the
-router ranks the replicas with a `routing.rules` rule and the request joins the chosen
-replica's queue) or the step of the replica whose clock is earliest (a replica's clock is the
-end of its last step; a busy replica's next step starts there, an idle one's when a request
-reaches it). The router sees what Ray Serve's router sees: each replica's queue length
-(requests routed there and not finished), updated as requests finish.
-
-A conversation's later turn (`meta["depends_on"]`) is routed when its parent finishes, on
-whichever replica that was, at max(its arrival, the parent's finish), as the single engine
-releases it.
-
-Not modelled: Ray's `max_ongoing_requests` back-pressure (every request is routed on
-arrival; the engines' own queues hold the excess, as in an LLM deployment whose
-`max_ongoing_requests` is above its batch size) and network or routing latency.
+Each replica is a simulator engine (`ReplicaEngine`) driven one step at a time. The next
+event is an arrival (a `routing.rules` rule picks the replica, seeing what Ray Serve's router
+sees: each replica's unfinished requests) or the step of the replica whose clock is earliest.
+A conversation's later turn is routed when its parent finishes, at max(its arrival, the
+parent's finish). Not modelled: Ray's `max_ongoing_requests` back-pressure (the engines'
+queues hold the excess) and network or routing latency.
 """
 
 from __future__ import annotations

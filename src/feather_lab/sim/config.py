@@ -34,9 +34,8 @@ class EngineConfig:
     max_steps: int = 5_000_000
     scheduler_cpu: str = "off"
     """The scheduler's CPU on the clock (`sim.sched_cpu`): `model` (fitted from SGLang's own
-    code, `cost.scheduler_cpu`), `measured` (the policy's Python as timed here) or `off`
-    (none: the default here, so every caller keeps its results; `feather bench` asks for
-    `model`)."""
+    code, `sim.scheduler_cpu`), `measured` (the policy's Python as timed here) or `off`
+    (none: the default here; `feather bench` asks for `model`)."""
     async_scheduling: bool = True
     """How that CPU meets the GPU: True, a step takes the longer of the two (vLLM's async
     scheduling and SGLang's overlap loop, both on by default on a GPU); False, their sum

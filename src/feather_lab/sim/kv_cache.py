@@ -1,55 +1,19 @@
 """Paged KV cache with block-level prefix caching, for the simulator.
 
-This mirrors the semantics of vLLM V1's ``KVCacheManager`` / ``BlockPool``
-(``vllm/v1/core/kv_cache_manager.py``, ``block_pool.py``) closely enough that a
-scheduling policy sees the same admissions, cache hits and allocation failures,
-while staying cheap enough to run every simulator step.
-
-Model
------
-* The cache has ``num_blocks`` physical blocks of ``block_size`` tokens. Each block
-  has a reference count (the number of live sequences whose block table holds it).
-* A *full prompt block* that has been computed can be *registered* under its chained
-  block hash (:func:`block_hashes`). A later request whose leading block hashes match
-  takes a reference on the registered blocks instead of recomputing them.
-* Only prompt blocks are cached. Blocks that hold decode-generated tokens (and the
-  last, partial prompt block) stay private and go straight back to the plain free
-  pool when released. vLLM also caches full generated blocks; the simulator does not
-  need it (no multi-turn reuse of generated text inside one run), so it is left out.
-* A registered block whose reference count drops to 0 is *evictable*: it stays
-  cached (a hit can revive it) until an allocation needs its slot. Evictable blocks
-  are kept in LRU order (``collections.OrderedDict``; head = evicted first). A
-  sequence's blocks are released in reverse order, so its *last* blocks reach the
-  head first and the shared leading blocks survive longest, as in vLLM.
-* Allocation takes never-used / uncached free blocks first and evicts LRU cached
-  blocks only when those run out. (vLLM keeps a single FIFO free queue holding both
-  kinds; preferring uncached blocks keeps strictly more cache hits and never changes
-  whether an allocation succeeds, because both kinds count as free.)
-* Cache-hit cap: as in vLLM, at least one prompt token is always recomputed (the
-  model needs the logits of the last prompt token), so at most
-  ``(prompt_len - 1) // block_size`` leading blocks can hit.
-* If another block is already registered under a hash when a sequence commits its
-  own copy (two identical prompts prefilled concurrently), the existing block stays
-  registered and the duplicate stays private (uncached).
-
-Every mutating call either succeeds completely or raises / returns a failure value
-having changed nothing. All block-sharing statistics are maintained incrementally
-(O(1) per reference-count change), and the hot path of :meth:`PagedKVCache.grow`
-(no block boundary crossed) is a dict lookup and two integer compares.
-
-Invariant violations raise :class:`KVCacheInvariantError`, a subclass of
-``AssertionError`` (so pytest reports it as a failed check), raised explicitly so it
-is not stripped by ``python -O``.
+Mirrors vLLM V1's ``KVCacheManager`` (``vllm/v1/core/kv_cache_manager.py``) closely enough
+that a policy sees the same admissions, cache hits and allocation failures. Only full prompt
+blocks are cached (vLLM also caches generated blocks; no simulated run reuses generated text);
+at least one prompt token is always recomputed (the model needs its logits), so at most
+``(prompt_len - 1) // block_size`` leading blocks can hit. Every mutating call succeeds
+completely or raises / returns a failure value having changed nothing.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
-from typing import NoReturn
 
-import numpy as np
-import xxhash
+from feather_lab.sim.block_hash import block_hashes
+from feather_lab.sim.kv_invariants import CheckedBlockPool, KVCacheInvariantError
 
 __all__ = [
     "KVCacheInvariantError",
@@ -57,43 +21,9 @@ __all__ = [
     "block_hashes",
 ]
 
-_xxh3 = xxhash.xxh3_64_intdigest
-# Parent digest bytes for the first block (an all-zero 64-bit "digest").
-_ROOT = bytes(8)
 
-
-def block_hashes(prompt: np.ndarray | Sequence[int], block_size: int = 16) -> list[int]:
-    """Chained 64-bit digests of the FULL ``block_size``-token blocks of ``prompt``.
-
-    ``digest_i = xxh3_64(digest_{i-1}.to_bytes(8, "little") + block_i_int32_le_bytes)``
-    with ``digest_{-1} = 0``. Equal ``digest_i`` therefore means (up to a 2**-64
-    collision chance per comparison) an equal prefix through block ``i``. A trailing
-    partial block gets no digest. Tokens are hashed as little-endian int32, so the
-    result is platform independent. Cost: one xxh3 call per block (~0.2 us).
-    """
-    if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
-    arr = np.ascontiguousarray(prompt, dtype="<i4")
-    if arr.ndim != 1:
-        raise ValueError(f"prompt must be 1-D, got shape {arr.shape}")
-    data = arr.tobytes()
-    step = 4 * block_size
-    n_full = len(arr) // block_size
-    out: list[int] = []
-    prev = _ROOT
-    for i in range(n_full):
-        d = _xxh3(prev + data[i * step : (i + 1) * step])
-        out.append(d)
-        prev = d.to_bytes(8, "little")
-    return out
-
-
-class KVCacheInvariantError(AssertionError):
-    """An internal consistency check of :class:`PagedKVCache` failed."""
-
-
-class _Seq:
-    """Per-sequence state: block table, resident token count, committed blocks."""
+class SeqBlocks:
+    """A sequence's block table, resident token count and committed blocks."""
 
     __slots__ = ("blocks", "capacity", "num_committed", "num_tokens")
 
@@ -105,7 +35,7 @@ class _Seq:
         self.num_committed = num_committed
 
 
-class PagedKVCache:
+class PagedKVCache(CheckedBlockPool):
     """Paged KV cache with ref-counted blocks and LRU-evicted prefix caching.
 
     Sequences are identified by string ids. Typical lifecycle::
@@ -126,64 +56,12 @@ class PagedKVCache:
             raise ValueError(f"num_blocks must be an integer >= 1, got {num_blocks!r}")
         if int(block_size) != block_size or block_size < 1:
             raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
-        self.num_blocks: int = int(num_blocks)
+        super().__init__(num_blocks)
         self.block_size: int = int(block_size)
         self.enable_prefix_caching: bool = bool(enable_prefix_caching)
-
-        self._ref: list[int] = [0] * self.num_blocks
-        self._hash: list[int | None] = [None] * self.num_blocks  # registered hash or None
-        self._hash_to_block: dict[int, int] = {}
-        # Uncached free blocks; pop() from the end, so lowest ids are handed out first.
-        self._plain: list[int] = list(range(self.num_blocks - 1, -1, -1))
-        # Unreferenced registered blocks in LRU order (first = evicted first).
-        self._evictable: OrderedDict[int, None] = OrderedDict()
-        self._seqs: dict[str, _Seq] = {}
-
-        # Incremental statistics.
-        self._used = 0  # blocks with refcount > 0
-        self._shared_blocks = 0  # blocks with refcount >= 2
-        self._shared_refs = 0  # sum of refcounts over blocks with refcount >= 2
-
-        # Reporting counters.
+        self._seqs: dict[str, SeqBlocks] = {}
         self.total_hit_tokens = 0
         self.total_queried_tokens = 0
-        self.num_evictions = 0
-
-    # ------------------------------------------------------------------ stats
-    @property
-    def num_used_blocks(self) -> int:
-        """Blocks referenced by at least one live sequence."""
-        return self._used
-
-    @property
-    def shared_blocks(self) -> int:
-        """Blocks referenced by two or more live sequences."""
-        return self._shared_blocks
-
-    @property
-    def shared_refs(self) -> int:
-        """Sum of reference counts over blocks with refcount >= 2."""
-        return self._shared_refs
-
-    @property
-    def num_free_blocks(self) -> int:
-        """Blocks allocatable now: uncached free plus evictable cached blocks."""
-        return len(self._plain) + len(self._evictable)
-
-    @property
-    def num_evictable_blocks(self) -> int:
-        """Cached blocks with refcount 0 (free, but still a possible cache hit)."""
-        return len(self._evictable)
-
-    @property
-    def num_cached_blocks(self) -> int:
-        """Blocks registered under a hash (referenced or evictable)."""
-        return len(self._hash_to_block)
-
-    @property
-    def usage(self) -> float:
-        """Fraction of blocks referenced by live sequences (vLLM's kv usage)."""
-        return self._used / self.num_blocks
 
     @property
     def prefix_cache_hit_rate(self) -> float:
@@ -201,13 +79,6 @@ class PagedKVCache:
     def num_tokens_of(self, seq_id: str) -> int:
         """Tokens of the sequence whose KV is resident (allocated)."""
         return self._get(seq_id).num_tokens
-
-    def refcount(self, block_id: int) -> int:
-        return self._ref[block_id]
-
-    def block_hash_of(self, block_id: int) -> int | None:
-        """The hash a block is registered under, or None if it is not cached."""
-        return self._hash[block_id]
 
     # ----------------------------------------------------------------- lookup
     def _max_hit_blocks(self, n_hashes: int, prompt_len: int) -> int:
@@ -235,36 +106,6 @@ class PagedKVCache:
         """
         return len(self._match(block_hashes, prompt_len)) * self.block_size
 
-    # ------------------------------------------------------------- refcounts
-    def _take_free_blocks(self, n: int, out: list[int]) -> None:
-        """Append ``n`` fresh blocks (refcount 1) to ``out``; the caller checked room.
-
-        Uncached free blocks go first; then LRU cached blocks are evicted (their hash
-        entries dropped).
-        """
-        plain = self._plain
-        ref = self._ref
-        k = min(n, len(plain))
-        if k:
-            taken = plain[len(plain) - k :]
-            del plain[len(plain) - k :]
-            taken.reverse()  # same order as repeated pop(): lowest ids first
-            for b in taken:
-                ref[b] = 1
-            out += taken
-        if n > k:
-            evictable = self._evictable
-            h2b = self._hash_to_block
-            hsh = self._hash
-            for _ in range(n - k):
-                b, _ = evictable.popitem(last=False)
-                del h2b[hsh[b]]  # type: ignore[index]
-                hsh[b] = None
-                ref[b] = 1
-                out.append(b)
-            self.num_evictions += n - k
-        self._used += n
-
     # -------------------------------------------------------------- mutation
     def allocate(
         self,
@@ -275,16 +116,15 @@ class PagedKVCache:
     ) -> int | None:
         """Admit a sequence: reuse its cached prefix and allocate the rest.
 
-        ``block_hashes`` are the chained hashes of the prompt's full blocks
-        (:func:`block_hashes`); ``prompt_len`` is the length of the token sequence to
-        be computed (after a preemption by recompute, the prompt plus the tokens
-        generated so far). ``num_tokens`` is the number of tokens whose KV must be
-        resident after this step (the whole prompt, or cache hits plus the first
-        prefill chunk); the sequence gets ``max(num_tokens, hit_tokens)`` tokens.
+        ``block_hashes`` are the chained hashes of the prompt's full blocks;
+        ``prompt_len`` is the length of the token sequence to be computed (after a
+        preemption by recompute, the prompt plus the tokens generated so far).
+        ``num_tokens`` is the tokens whose KV must be resident after this step (the whole
+        prompt, or cache hits plus the first prefill chunk); the sequence gets
+        ``max(num_tokens, hit_tokens)`` tokens.
 
-        Returns the number of leading prompt tokens found in the cache (a multiple of
-        ``block_size``, at most ``(prompt_len - 1) // block_size`` blocks), or None
-        (changing nothing) if there are not enough free blocks.
+        Returns the leading prompt tokens found in the cache (whole blocks, within the hit
+        cap), or None (changing nothing) if there are not enough free blocks.
         """
         self._check_allocation(seq_id, block_hashes, num_tokens, prompt_len)
         bs = self.block_size
@@ -307,7 +147,7 @@ class PagedKVCache:
         blocks = hits
         if n_new > 0:
             self._take_free_blocks(n_new, blocks)
-        self._seqs[seq_id] = _Seq(blocks, tokens, len(blocks) * bs, n_hit)
+        self._seqs[seq_id] = SeqBlocks(blocks, tokens, len(blocks) * bs, n_hit)
         self.total_hit_tokens += hit_tokens
         self.total_queried_tokens += prompt_len
         return hit_tokens
@@ -325,31 +165,12 @@ class PagedKVCache:
                 f"{prompt_len // self.block_size} full blocks of {self.block_size}"
             )
 
-    def _reference(self, hits: list[int]) -> None:
-        """One more reader for each cached hit block: an unreferenced one leaves the
-        evictable LRU and counts as used; a second reader makes a block shared."""
-        ref, evictable = self._ref, self._evictable
-        used = shared_blocks = shared_refs = 0
-        for b in hits:
-            r = ref[b]
-            if r == 0:
-                del evictable[b]
-                used += 1
-            elif r == 1:
-                shared_blocks += 1
-                shared_refs += 2
-            else:
-                shared_refs += 1
-            ref[b] = r + 1
-        self._used += used
-        self._shared_blocks += shared_blocks
-        self._shared_refs += shared_refs
-
     def grow(self, seq_id: str, total_tokens: int) -> bool:
         """Extend the sequence's resident KV to ``total_tokens`` tokens.
 
-        Allocates blocks only when a block boundary is crossed. Returns False and
-        changes nothing if there are not enough free blocks. Shrinking is an error.
+        Allocates blocks only when a block boundary is crossed (the per-token path is a
+        dict lookup and two compares). Returns False and changes nothing if there are not
+        enough free blocks. Shrinking is an error.
         """
         try:
             seq = self._seqs[seq_id]
@@ -380,8 +201,8 @@ class PagedKVCache:
 
         Blocks ``[already committed, min(num_computed_tokens // block_size,
         len(block_hashes)))`` are registered under their hashes, unless another block
-        already holds that hash (then this copy stays private). Returns the number of
-        blocks newly registered. A no-op without prefix caching.
+        already holds that hash (two identical prompts prefilled together: this copy stays
+        private). Returns the blocks newly registered. A no-op without prefix caching.
         """
         seq = self._seqs.get(seq_id)
         if seq is None:
@@ -397,163 +218,19 @@ class PagedKVCache:
         start = seq.num_committed
         if end <= start:
             return 0
-        h2b = self._hash_to_block
-        hsh = self._hash
-        blocks = seq.blocks
-        added = 0
-        for i in range(start, end):
-            h = block_hashes[i]
-            if h not in h2b:
-                b = blocks[i]
-                h2b[h] = b
-                hsh[b] = h
-                added += 1
+        added = self._register(seq.blocks, block_hashes, start, end)
         seq.num_committed = end
         return added
 
     def free(self, seq_id: str) -> None:
-        """Release the sequence (finished or preempted).
-
-        Blocks whose refcount reaches 0 become evictable (LRU tail) if cached,
-        else return to the uncached free pool. Blocks are released last-first, so a
-        sequence's tail blocks are evicted before its leading (shared) blocks.
-        """
+        """Release the sequence (finished or preempted); its cached blocks stay evictable."""
         seq = self._seqs.pop(seq_id, None)
         if seq is None:
             raise KeyError(f"free: unknown sequence {seq_id!r}")
-        ref = self._ref
-        hsh = self._hash
-        plain_append = self._plain.append
-        evictable = self._evictable
-        released = shared_blocks = shared_refs = 0
-        for b in reversed(seq.blocks):
-            r = ref[b]
-            ref[b] = r - 1
-            if r == 1:
-                released += 1
-                if hsh[b] is None:
-                    plain_append(b)
-                else:
-                    evictable[b] = None
-            elif r == 2:
-                shared_blocks += 1
-                shared_refs += 2
-            else:
-                shared_refs += 1
-        self._used -= released
-        self._shared_blocks -= shared_blocks
-        self._shared_refs -= shared_refs
+        self._release(seq.blocks)
 
-    # ------------------------------------------------------------- checking
-    def check_invariants(self) -> None:
-        """Recount everything from scratch; raise :class:`KVCacheInvariantError`.
-
-        O(num_blocks + total block-table length): for tests and debugging, not for
-        every simulator step.
-        """
-        self._check_tables()
-        self._check_free_lists()
-        self._check_hashes()
-        self._check_counters()
-
-    def _check_tables(self) -> None:
-        """Block tables: in range, no block twice, capacity and token counts consistent,
-        and every refcount equal to the number of sequences holding the block."""
-        n = self.num_blocks
-        expected = [0] * n
-        for sid, seq in self._seqs.items():
-            seen: set[int] = set()
-            for b in seq.blocks:
-                if not 0 <= b < n:
-                    _fail(f"sequence {sid!r} holds out-of-range block {b}")
-                if b in seen:
-                    _fail(f"sequence {sid!r} holds block {b} twice")
-                seen.add(b)
-                expected[b] += 1
-            if seq.capacity != len(seq.blocks) * self.block_size:
-                _fail(f"sequence {sid!r}: capacity {seq.capacity} != blocks*block_size")
-            if not (seq.capacity - self.block_size < seq.num_tokens <= seq.capacity) and not (
-                seq.num_tokens == 0 and not seq.blocks
-            ):
-                _fail(
-                    f"sequence {sid!r}: {seq.num_tokens} tokens in {len(seq.blocks)} blocks "
-                    f"of {self.block_size}"
-                )
-            if not 0 <= seq.num_committed <= len(seq.blocks):
-                _fail(f"sequence {sid!r}: num_committed {seq.num_committed} out of range")
-        for b in range(n):
-            r = self._ref[b]
-            if r < 0:
-                _fail(f"block {b} has negative refcount {r}")
-            if r != expected[b]:
-                _fail(f"block {b}: refcount {r} but held by {expected[b]} sequences")
-
-    def _check_free_lists(self) -> None:
-        """Free blocks: unreferenced, on one list only, hashed exactly when evictable."""
-        plain = set(self._plain)
-        if len(plain) != len(self._plain):
-            _fail("uncached free list contains duplicates")
-        evict = set(self._evictable)
-        if plain & evict:
-            _fail(f"blocks both uncached-free and evictable: {sorted(plain & evict)[:10]}")
-        for b in plain:
-            if self._ref[b]:
-                _fail(f"block {b} is free but has refcount {self._ref[b]}")
-            if self._hash[b] is not None:
-                _fail(f"block {b} is in the uncached free list but carries a hash")
-        for b in evict:
-            if self._ref[b]:
-                _fail(f"block {b} is evictable but has refcount {self._ref[b]}")
-            if self._hash[b] is None:
-                _fail(f"block {b} is evictable but carries no hash")
-
-    def _check_hashes(self) -> None:
-        """The hash map and the blocks' hashes agree, and are empty without prefix caching."""
-        for h, b in self._hash_to_block.items():
-            if self._hash[b] != h:
-                _fail(f"hash map: {h:#x} -> block {b}, whose hash is {self._hash[b]!r}")
-        n_hashed = sum(1 for h in self._hash if h is not None)
-        if n_hashed != len(self._hash_to_block):
-            _fail(f"{n_hashed} blocks carry a hash but the hash map has {len(self._hash_to_block)}")
-        if not self.enable_prefix_caching and self._hash_to_block:
-            _fail("prefix caching disabled but blocks are registered")
-
-    def _check_counters(self) -> None:
-        """The incremental counters equal a recount of the refcounts."""
-        used = sum(1 for r in self._ref if r > 0)
-        shared = sum(1 for r in self._ref if r >= 2)
-        shared_refs = sum(r for r in self._ref if r >= 2)
-        if used != self._used:
-            _fail(f"num_used_blocks {self._used} != recount {used}")
-        if used + self.num_free_blocks != self.num_blocks:
-            _fail(f"used {used} + free {self.num_free_blocks} != num_blocks {self.num_blocks}")
-        if shared != self._shared_blocks:
-            _fail(f"shared_blocks {self._shared_blocks} != recount {shared}")
-        if shared_refs != self._shared_refs:
-            _fail(f"shared_refs {self._shared_refs} != recount {shared_refs}")
-
-    def assert_empty(self) -> None:
-        """Check that no sequence or reference is left and no block leaked."""
-        if self._seqs:
-            raise KVCacheInvariantError(
-                f"{len(self._seqs)} sequences still allocated: {list(self._seqs)[:10]}"
-            )
-        self.check_invariants()
-        if self.num_free_blocks != self.num_blocks:
-            raise KVCacheInvariantError(
-                f"leak: {self.num_free_blocks} free of {self.num_blocks} blocks"
-            )
-        if len(self._evictable) != len(self._hash_to_block):
-            raise KVCacheInvariantError(
-                f"{len(self._hash_to_block)} cached blocks but {len(self._evictable)} evictable"
-            )
-
-    def _get(self, seq_id: str) -> _Seq:
+    def _get(self, seq_id: str) -> SeqBlocks:
         seq = self._seqs.get(seq_id)
         if seq is None:
             raise KeyError(f"unknown sequence {seq_id!r}")
         return seq
-
-
-def _fail(msg: str) -> NoReturn:
-    raise KVCacheInvariantError(msg)

@@ -1,17 +1,10 @@
 """The scheduler's CPU on the simulated clock (`EngineConfig.scheduler_cpu`).
 
-Each step the engine forms a batch on the CPU and runs it on the GPU. How the two combine
-is the engine's loop: vLLM's async scheduling and SGLang's overlap loop (both the default
-on a GPU: vLLM 0.32 turns async scheduling on unless an option rules it out,
-`VllmConfig.__post_init__`; SGLang runs its overlap loop unless `--disable-overlap-schedule`)
-form the next batch while the GPU runs this one, so a step takes the longer of the two; a
-synchronous loop does one after the other, so it takes their sum
-(`EngineConfig.async_scheduling`).
-
-What a step's CPU is depends on the mode: `model` prices the policy's pass, its admissions
-and the step's arrivals with `cost.scheduler_cpu` (fitted from SGLang's own code);
-`measured` charges the policy's own Python CPU as the simulator times it (host-dependent:
-not reproducible); `off` charges nothing (the simulator's behaviour before this existed).
+vLLM's async scheduling and SGLang's overlap loop (both on by default on a GPU) form the next
+batch while the GPU runs this one, so a step takes the longer of CPU and GPU; a synchronous
+loop takes their sum (`EngineConfig.async_scheduling`). Modes: `model` prices the policy's
+pass, admissions and arrivals with `sim.scheduler_cpu`; `measured` charges the policy's
+Python CPU as timed here (host-dependent, not reproducible); `off` charges nothing.
 """
 
 from __future__ import annotations

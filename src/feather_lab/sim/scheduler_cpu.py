@@ -1,31 +1,11 @@
-"""The scheduler's own CPU per engine step, by policy: a cost model fitted from a record.
+"""The scheduler's own CPU per engine step, by policy: a cost model fitted from points.
 
-An engine spends CPU forming each batch: its policy's pass over the waiting queue
-(SGLang's `calc_priority`, vLLM's `schedule()`), then its own admission loop. The
-simulator runs each policy's Python but, left alone, charges none of it to simulated time;
-this model says how much the engines' own code spends, so the simulator can put it on its
-clock (`sim.sched_cpu`).
-
-One row per policy family: seconds per pass, per waiting request the pass walks, per
-admission, and per arriving request (Feather hashes each prompt into its CHT once, on
-arrival). The coefficients are not typed in: they are fitted, at load, from the points of
-one measurement record (`sim/scheduler_cpu.json` holds its medians, named by the record
-they were copied from; a test checks they still match it). Each row says whether it is
-`measured` (its own series in the record) or an `estimate` (borrowed from a measured row,
-and why).
-
-What the record measures (`feather sglang-bench`, SGLang 0.5.23's own classes, process CPU on
-the 2-core dev VM, 1,000 and 10,000 waiting): fcfs's and lpm's `calc_priority` as shipped
-(lpm falls back to fcfs above 128 waiting, `WAITING_QUEUE_PREFIX_MATCH_MAX`), lpm with its
-matching forced on, dfs-weight's, SGLang's batch formation with lpm as shipped (priority +
-the `PrefillAdder` loop, 17 admitted) and Feather's (grouped through Feather's SGLang host).
-The feather policy's row comes from a second record (the points file's `feather_policy`
-section): its formations beside a running batch, its cost model on (the judge walks, the
-bandit is asked, as in a server). Not measured: hrrn, lof, random, shortest-prefill-first, the
-authors' policies and feather-ppo (they borrow feather's row), vLLM's `schedule()`. A line
-through two sizes is exact at both; where its intercept or slope comes out negative (a fixed
-cost below the noise) it is clamped to 0, and `fit_error` says how far the clamped line is
-from the points.
+An engine spends CPU forming each batch (its policy's pass over the waiting queue, then its
+admission loop); the simulator puts this model's figure on its clock (`sim.sched_cpu`). One
+row per policy family: seconds per pass, per waiting request walked, per admission and per
+arrival (Feather hashes each prompt into its CHT on arrival). The rows are fitted at load from
+`sim/scheduler_cpu.json`, SGLang's own classes as timed; each row is `measured` or an
+`estimate` borrowed from a measured row (its note says which and why).
 """
 
 from __future__ import annotations
@@ -48,7 +28,7 @@ __all__ = [
 
 SCHEDULER_CPU_MODES = ("model", "measured", "off")
 """`--scheduler-cpu`: this model; the policy's own Python CPU as the simulator times it
-(host-dependent, not reproducible); none (the simulator's behaviour before it had this)."""
+(host-dependent, not reproducible); none."""
 
 PREFIX_MATCH_MAX = 128
 """SGLang's `WAITING_QUEUE_PREFIX_MATCH_MAX`: above it lpm and hrrn fall back to fcfs
