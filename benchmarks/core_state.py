@@ -222,8 +222,13 @@ def feather_sizes(sched: Any) -> dict[str, int]:
         "queue_members": len(c.queue.members) if c.queue is not None else -1,
         "feather_steps": len(sched._feather_steps),
     }
-    for name in ("_priors", "history", "_windows"):
-        value = getattr(policy, name, None)
+    learner, prior = getattr(policy, "learner", None), getattr(policy, "stop_prior", None)
+    parts = {
+        "_priors": prior and prior.cache,
+        "history": getattr(policy, "history", None),
+        "_windows": learner and learner.windows,
+    }
+    for name, value in parts.items():
         if value is not None:
             sizes[f"policy{name}"] = len(value)
     table = getattr(policy, "table", None)

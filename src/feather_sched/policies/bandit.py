@@ -1,29 +1,12 @@
 """The Feather bandit's table: ADD/STOP statistics per discrete state, and a conservative
 choice between them.
 
-Kept apart from the policy (`feather.py`) so that the learning rule can be read, tested and
-reused on its own: the policy turns engine steps into rewards and holds the exploration
-budget; this table turns rewards into choices.
-
-ADD is the status quo (what vLLM and SGLang do), STOP the alternative. The choice follows the
-conservative-bandit construction (Wu, Shariff, Lattimore, Szepesvari, "Conservative Bandits",
-ICML 2016): the baseline is played unless
-
-- STOP beats ADD with confidence: a one-sided Welch test on the two arms' reward means
-  (variances from Welford's running moments, so a noisy host widens the bound instead of
-  locking in one unlucky sample), or
-- STOP is still uncertain and the caller's exploration budget can pay for trying it.
-
-A caller with a step-cost model of its hardware may add a prior: the model's predicted gain
-of STOP over ADD with its standard error. Prior and data are two independent estimates of the
-same gain, combined by their precisions, so a model decides where the table knows nothing
-and the table's evidence overrides the model as it accumulates.
-
-Rewards drift (a server warms up, its load and batch mix move), so evidence fades: each
-decision in a state discounts the rewards its arms have received (`FORGET_DECISIONS`, as in
-discounted bandits for changing rewards, Garivier and Moulines, ALT 2011). An arm no longer
-played loses the evidence the test needs and is sampled again; without it, a table that is
-confident STOP keeps an early burst's ADD evidence for good.
+ADD is the status quo (what vLLM and SGLang do). The choice follows conservative bandits (Wu,
+Shariff, Lattimore, Szepesvari, ICML 2016): ADD unless STOP beats it with confidence (a
+one-sided Welch test on the arms' means), or STOP is uncertain and the caller's exploration
+budget pays for trying it. A cost model's prior on the gain combines with the data by
+precision. Evidence fades with each decision in a state (discounted bandits, Garivier and
+Moulines, ALT 2011), so an arm no longer played is sampled again as rewards drift.
 """
 
 from __future__ import annotations
@@ -98,16 +81,13 @@ def combine(data: tuple[float, float], prior: tuple[float, float] | None) -> tup
 
 FORGET_DECISIONS = 64
 """Decisions in a state over which its evidence fades (each weighs what its state knew by
-1 - 1/64). Rewards drift: a server warms up, load moves, the batch's mix changes. Without
-fading, a conservative bandit that has become confident STOP never samples ADD again, so
-ADD's evidence from one early burst decides every later one (measured on a live vLLM server:
-benchmarks/replay.md, "A server that keeps learning"). Faded, the arm no longer played drops
-below `MIN_REWARDS` within about a hundred decisions and is sampled again."""
+1 - 1/64). Without fading, a bandit confident of STOP never samples ADD again, so one early
+burst's evidence decides every later one; faded, the arm no longer played drops below
+`MIN_REWARDS` within about a hundred decisions and is sampled again."""
 
 MIN_REWARDS = 2
 """Rewards an arm needs before its variance, and so the test, is defined (the fewest a sample
-variance takes; the other constants' measurement: benchmarks/feather.md, "The constants,
-measured")."""
+variance takes)."""
 
 
 class BanditTable:

@@ -32,7 +32,7 @@ and the tree (`paper_tree`). Our own implementation, point by point:
    so a pass that starts empty still rewards the last one; nothing is rewarded while no step
    time is known (the first scheduler call).
 
-Kept as the authors wrote it, defects included (named in benchmarks/paper-policies.md): a
+Kept as the authors wrote it, defects included: a
 preempted request is never offered again (`paper_tree`); the host's never-stall rule is the
 only thing that admits it, once nothing runs.
 """

@@ -1,16 +1,11 @@
 """feather-ppo: Feather's decisions made by a small PPO-trained network, run in numpy.
 
-Same candidate order, starvation guard and automatic ADDs as `feather` (it subclasses it);
-only the ADD/STOP choice differs: instead of the online bandit, a [32, 32] tanh MLP reads the
-observation of `policies.observation` and picks the likelier action. The net is trained offline
-(`feather train`: imitation of the bandit, then stable-baselines3 PPO on `rl.env.FeatherEnv`).
-The forward pass is two tiny numpy matmuls and a dot product (a few microseconds), so the
-policy needs neither torch nor the `rl` extra.
-
-It does not learn online: it is as good as its training mix and the hardware profile it was
-trained on (the shipped weights: H100 + Llama-3-8B, plain paged kernel; their .npz carries
-the training settings in `net.meta`). `FEATHER_PPO_WEIGHTS=PATH` swaps in other weights
-wherever the policy is made by name (e.g. `feather bench`).
+Same candidate order, starvation guard and automatic ADDs as `feather` (it subclasses it); the
+ADD/STOP choice comes from a [32, 32] tanh MLP over `policies.observation`, trained offline
+(`feather train`), run in numpy so the policy needs neither torch nor the `rl` extra. It does
+not learn online: it is as good as its training mix and hardware profile (the shipped weights:
+H100 + Llama-3-8B, their .npz carrying the settings in `net.meta`). `FEATHER_PPO_WEIGHTS=PATH`
+swaps in other weights wherever the policy is made by name.
 """
 
 from __future__ import annotations

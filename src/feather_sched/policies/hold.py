@@ -1,40 +1,12 @@
-"""Hold bound: how many steps in a row Feather's KV gate may hold the queue back.
+"""Hold bounds: how long Feather may hold the queue back, for KV or for a STOP.
 
-A KV refusal waits for blocks the running requests will free, and so delays the held
-requests' first tokens. The engine's own order admits whatever fits now (and preempts later
-if it must), so each request gets its first token early; a gate that holds a whole group until
-earlier groups finish decoding moves that group's first tokens back by their decode time: on
-the real kv-bound vLLM engine, paper-4g under KV pressure, Feather with the unbounded gate ran
-1.25x vLLM's throughput at a TTFT p99 of 23.8 s against vLLM's 4.9 s
-(benchmarks/vllm-kv-gate.json).
-
-So the gate may hold the queue at most `max_steps` steps in a row; in the next step it is
-asked about the gate stands aside (what the engine would admit, it admits), and the count
-starts again. Steps count where the host asks the policy, so the bound is in the engine's own
-unit, whatever a step lasts on the hardware. `None` holds until the KV fits: more throughput
-under KV pressure, knowingly traded for the tail (`feather-hold`).
-
-The bandit's STOPs hold the queue back too. Bounded in steps, as the gate's holds, they cost
-64% of Feather's throughput on long-prefix on the free-L2 sensitivity profile
-(benchmarks/overload.md, "Holding back, bounded"), so `StopDelay` bounds them in time: the
-STOP steps since the oldest waiting request arrived may add up to at most `share` of its wait
-(`stop_delay_share`, default `STOP_DELAY_SHARE`), each step counted net of what its STOP saves
-the requests behind it (`stop_charge`). On a live vLLM server that kept learning from burst to
-burst, unbounded STOPs took the TTFT p99 to 1.7-1.8x vLLM's (1.06-1.56x once the bandit's
-evidence faded, bandit.py): a few percent of throughput bought with the tail. Counted whole
-(before the netting), a share of 0.2 kept it at 0.95-1.16x, but on the free-L2 profile, where
-homogeneous batches decode several times faster and STOPs shorten every wait, it gave up half
-or more of the estimated gain; netted, the STOPs that halve the batch's time are free, and the
-profile keeps all of it on two of the four rows, 71% and 24% of it on the other two, never
-below FCFS (benchmarks/replay.md, "The STOP delay bound by default"). `feather-hold` leaves
-STOPs unbounded, as it leaves the gate's holds: the tail traded knowingly.
-
-Some bursts outgrow the KV cache whatever the order: with a tail within 1.5x of the
-engine's, every request starts before any can finish, so the engine must preempt, and no
-bound that keeps the tail avoids it. The authors' policies avoid it only by starting their
-last group late (benchmarks/paper-policies.md, "Why the default cannot have both on this
-row"). A bound in seconds tied to the 1.5x rule was measured too (benchmarks/hold_clock.py)
-and changed nothing there.
+A KV refusal (`kv_gate`) waits for blocks the running requests will free, delaying the held
+requests' first tokens, where the engine's own order admits whatever fits now. So the gate
+may hold the queue at most `max_steps` steps in a row (`HoldBound`, counted in the host's own
+steps); then it stands aside for a step. The bandit's STOPs hold the queue back too, and its
+reward does not see it: `StopDelay` bounds in time how much of the oldest waiting request's
+wait STOPs may take, each STOP step counted net of what it saves the requests behind it
+(`stop_charge`). `None` leaves either unbounded (`feather-hold`: the tail traded knowingly).
 """
 
 from __future__ import annotations
@@ -43,15 +15,13 @@ import math
 from collections import deque
 
 MAX_HOLD_STEPS = 4
-"""Default bound, in steps: the largest of 2, 4, 8 that keeps Feather's TTFT p99 within 1.5x
-of FCFS's on every kv-bound row in the simulator with the real engine's fitted profile (an
-unbounded hold reaches 6x; benchmarks/overload.md)."""
+"""Default bound, in steps: the largest that keeps Feather's TTFT p99 within 1.5x of FCFS's
+on the simulator's kv-bound rows."""
 
 
 STOP_DELAY_SHARE = 0.2
 """Default `stop_delay_share`: the most of the oldest waiting request's wait that STOPs, net
-of what they save (`stop_charge`), may hold it back (measured: benchmarks/replay.md, "The
-STOP delay bound by default")."""
+of what they save (`stop_charge`), may hold it back."""
 
 
 class HoldBound:
@@ -105,16 +75,11 @@ class StopDelay:
     the tail (`share` None: never).
 
     A STOP ends a step's admissions, so every waiting request waits that step out, and the
-    bandit's reward, a step's throughput, does not see it: on a live vLLM server whose table
-    kept an early burst's ADD evidence (before the bandit's evidence faded) it settled on
-    STOP for every large batch, TTFT p99 1.7-1.8x vLLM's at about the same throughput. The
-    bound: a STOP is allowed only while the STOP steps since the queue head arrived, each net
-    of its lead (`stop_charge`), add up to at most `share` of its wait (or of the recent
-    admissions' mean wait, if longer: a request that has just arrived is not the tail). It
-    bounds the delay STOPs add to the oldest request, whatever the table has learned; O(1) a
-    step (a queue of STOP steps' start times, trimmed as the head moves on). The netting is
-    per STOP: where many STOPs of modest lead add up to a large gain (the free-L2 profile's
-    paper-20g), the bound still vetoes some and gives part of the gain up."""
+    bandit's reward, a step's throughput, does not see it. A STOP is allowed only while the
+    STOP steps since the queue head arrived, each net of its lead (`stop_charge`), add up to
+    at most `share` of its wait (or of the recent admissions' mean wait, if longer: a request
+    that has just arrived is not the tail), whatever the table has learned. O(1) a step (a
+    queue of STOP steps' start times, trimmed as the head moves on)."""
 
     def __init__(self, share: float | None = None) -> None:
         if share is not None and not 0 <= share < 1:

@@ -1,41 +1,14 @@
 """KV gate: do not admit a request whose KV the engine cannot keep.
 
-vLLM admits a request when its prompt's blocks fit now, and when running requests later run
-out of blocks while decoding it preempts the most recently admitted one: the victim loses its
-KV and recomputes it. A prefix order makes this worse than arrival order, because the victim
-shares the running batch's prefix, so the order re-admits it first and it is preempted again
-(on a real multi-turn trace one long prompt was recomputed 91 times under prefix order; FCFS
-at most 10). On the real kv-bound engine `feather` preempted 90 times on paper-4g under KV
-pressure and ran at 0.85 of the paper's bandit, which never grew its batch that far.
-
-The gate admits a candidate only if the blocks it needs now (its uncached prompt) and as it
-decodes fit beside what the running requests will still add, at the worst future step: just
-before the k-th latest finish, the k requests still running hold their unfinished prefills
-and have each grown by up to the tokens the k-th has left (a request that finishes frees at
-least what it grew). This is SGLang's admission rule (`PrefillAdder`: remaining tokens minus
-each running request's remaining `max_new_tokens` x `new_token_ratio`) made less
-conservative, since a request's growth is only held until it finishes.
-
-Output lengths: a firm one (the simulator's; `ignore_eos` in an engine) is reserved whole;
-a `max_tokens` bound is reserved at `ratio`, SGLang's estimate of how much of it a request
-really uses: 0.7 at first, decaying linearly over 600 steps to 0.14 of that, and back to 1.0
-after a preemption (sglang/srt/managers/scheduler_components/new_token_ratio_tracker.py and
-SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
-SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS); each reservation is clipped at 4,096 tokens, as SGLang
-clips `max_new_tokens` (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION).
-
-Holding back costs time to first token: Feather bounds how many steps in a row the gate may
-hold the queue (`policies/hold.py`).
-
-Its cost is per candidate, inside the engine's admission loop, so the gate probes the prefix
-cache (`cached_blocks`, a walk over the prompt's blocks; the engine repeats it when it admits)
-only when the answer could change: while the candidate fits even with nothing cached it is
-ADDed unprobed, and the exact count is read later only if a later candidate needs it; when it
-must probe, the walk stops once enough blocks are cached for the answer to be ADD.
-
-It needs the host's free blocks and running requests (`SchedulerView.free_kv_blocks`,
-`running_kv`, `num_preemptions`). A host without them gets no gate: SGLang, whose own adder
-already reserves this way.
+vLLM admits a request when its prompt's blocks fit now and preempts the most recently admitted
+one when decodes later run out of blocks; under a prefix order the victim shares the batch's
+prefix, so it is re-admitted first and preempted again. The gate admits a candidate only if
+its uncached prompt and its growth fit beside what the running requests will still add at the
+worst future step (SGLang's `PrefillAdder` rule, made less conservative: a request's growth is
+held only until it finishes). Bounded outputs are reserved at SGLang's `new_token_ratio`
+(0.7, decaying over 600 steps to 0.14 of that, 1.0 after a preemption), clipped at 4,096
+tokens. The prefix-cache probe is put off while the answer cannot change. A host without
+`free_kv_blocks`/`running_kv` (SGLang, whose adder reserves this way) gets no gate.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ class NumpyMLP:
         """The most likely action for one observation (as PPO's deterministic `predict`)."""
         if self.out_dim != 2:
             return int(np.argmax(self.logits(obs)))
-        # `.dot` on 1-D float32 arrays dispatches ~3x faster than `@` (measured: 0.5 vs 1.5 us)
+        # `.dot` on 1-D float32 arrays dispatches faster than `@`
         h = obs
         act = self._act
         for w, b in self._pairs:

@@ -1,17 +1,10 @@
 """What a learned Feather policy sees, and the Feather rules with the choice left open.
 
-`DelegatedFeather` is `FeatherPolicy` (same candidate order, starvation guard and automatic
-ADDs when no prefix is lost) whose ADD/STOP choice comes from `choose(observation)` instead of
-the bandit table. The gymnasium environment answers it from an agent; `feather-ppo` answers it
-from a small MLP. Sharing the subclass keeps the two on exactly the bandit's decision points.
-
-The observation is a float32 vector in [0, 1], one entry per name in `FEATURES`. Counts are
-log-scaled (a batch of 8 vs 16 matters as much as 128 vs 256) and divided by a fixed cap, so
-one network covers any queue length and prompt size. Prefix lengths are in tokens (chunks x
-the index's chunk size), so a network trained at one chunk size reads another correctly.
-`last_throughput` is the last decode-dominated step's sequences/s over the best seen in this
-run: how far the current batch is from the best batch this run has had, without knowing the
-hardware.
+`DelegatedFeather` is `FeatherPolicy` whose ADD/STOP choice comes from `choose(observation)`
+(an agent in the gymnasium environment, or `feather-ppo`'s MLP), so both sit on exactly the
+bandit's decision points. The observation is a float32 vector in [0, 1], one entry per name
+in `FEATURES`: counts log-scaled over a fixed cap (any queue length or prompt size), prefix
+lengths in tokens (any chunk size), `last_throughput` relative to the run's best decode step.
 """
 
 from __future__ import annotations

@@ -1,35 +1,13 @@
 """When prefix-grouped order can pay, and when to leave the engine's own order.
 
-Grouped order (members of running groups first, `grouped.grouped_candidates`) beats the
-engine's order where it gets more requests running:
-
-- **Filling the batch.** A waiting request whose prefix is neither running nor in the host's
-  prefix cache costs its whole prompt out of the step's token budget; a member of a running
-  group costs only its own suffix. Where the engine's order would take many steps of prefill
-  to fill the free slots, those slots sit idle meanwhile, and grouped order fills them at once
-  (the paper-Ng bursts, long contexts). Only the prefixes count: a suffix costs the same in
-  any order, and a refill whose prefixes the host still caches costs suffixes either way.
-- **KV capacity.** Where the engine preempts, a batch of fewer prefixes holds more requests in
-  the same blocks.
-- **Decode locality.** A batch of fewer prefixes reads them from cache; the step-cost model
-  prices it (`locality_gain`): near 1 at realistic group counts on the measured H200
-  (benchmarks/gpu.md), large on a sequential CPU kernel or where L2 reuse is free. It counts
-  only where the host forms batches on the CPU while the GPU runs (vLLM's async scheduling,
-  SGLang's overlap loop): in a synchronous loop the engine's per-request Python runs on the
-  step's clock, and a batch grouped out of a burst's arrival order scatters its requests in
-  memory, which that Python pays for. Measured in SGLang's synchronous loop at 10,000
-  waiting: +1.3-1.6 ms of scheduler CPU a step for a ~1 ms shorter GPU step (the model priced
-  3.4 ms), so grouping for locality lost 3.6% to the engine's order there
-  (benchmarks/queue-sweep.md, "Feather's extra CPU at 10,000 waiting" and "Two more rounds").
-
-Where none holds (the engine's order fills the free slots within a small share of their
-lifetime and nothing is preempted), grouped order cannot make the batch larger; it only moves
-prefill work, and it moves it the wrong way: a new group's prefix and members land in one
-compute-bound step, where the engine's order spreads prefills under memory-bound decode steps
-that carry them almost free (the measured H200 profile's shared-prefix loss, 0.987x FCFS,
-benchmarks/sim.md). There Feather takes the engine's order. Its ADD/STOP decision still applies
-to a candidate that opens a new prefix group (whether a smaller homogeneous batch decodes
-faster than a larger mixed one is the bandit's to price).
+Grouped order (members of running groups first) beats the engine's order where it gets more
+requests running: it fills free slots the engine's order would leave idle while prefilling
+new prefixes (`idle_share`), it holds more requests in the same KV blocks where the engine
+preempts, and decode reads fewer prefixes (`locality_gain`, which counts only where the host
+forms batches while the GPU runs: in a synchronous loop, a batch grouped out of arrival order
+costs the engine's per-request Python more than it saves). Where none holds, grouped order
+only moves prefill into compute-bound steps, so Feather takes the engine's order; its ADD/STOP
+decision still applies to a candidate opening a new prefix group.
 """
 
 from __future__ import annotations
@@ -89,12 +67,8 @@ class GroupingJudge:
         `order_sensitive`): a STOP buys decode locality with more steps of smaller batches,
         and there every step also carries the host's own CPU, which the model's prior does
         not price. STOP is then taken only where the prior and the rewards say it wins with
-        confidence. Measured in SGLang's synchronous loop at 10,000 waiting: every STOP of
-        a run was exploratory (none with the budget at 0), and 234-362 of them cost 1-4% of
-        throughput against the run without them (benchmarks/queue-sweep.md, "Exploratory
-        STOPs in a synchronous loop"). Without a model, or on a sequential kernel,
-        exploring is how STOP's gain is found, and an overlapping host hides its CPU under
-        the GPU's step."""
+        confidence. Without a model, or on a sequential kernel, exploring is how STOP's gain
+        is found, and an overlapping host hides its CPU under the GPU's step."""
         if self.cost is None or self.cost.order_sensitive:
             return True
         return overlaps_cpu(view)
@@ -111,15 +85,14 @@ class GroupingJudge:
         the shared prefixes of what fills the free slots, where grouped order would not
         (`_Wave`): `free` slots wait half of `prefill / budget` steps each,
         out of `max_num_seqs` slots living `output` decode steps. A host that does not say its
-        token budget (`max_num_batched_tokens`) gets 1.0: grouped order, as before."""
+        token budget (`max_num_batched_tokens`) gets 1.0: grouped order."""
         wave = _Wave.ahead(view)
         return wave if isinstance(wave, float) else wave.share(wave.prefill())
 
     def idle_share_reaches(self, view: SchedulerView, threshold: float) -> bool:
         """`idle_share(view) >= threshold`, probing the host's prefix cache only while the
-        answer is open. Each probe is a real cache match (SGLang's radix tree: ~27 us on the
-        dev VM, ~40% of the judge's time in SGLang's loop at 1,000 waiting,
-        benchmarks/queue-sweep-sglang-timers-1000.json), and the share only falls as probes
+        answer is open. Each probe is a real cache match (SGLang's radix tree: a large share of
+        the judge's time), and the share only falls as probes
         find prefixes cached: the wave's prefill with none cached bounds it from above, the
         prefill of the prefixes probed so far from below, and once either bound settles the
         verdict the rest are not probed."""
@@ -142,8 +115,7 @@ class GroupingJudge:
         Infinite without a model (nothing says grouping cannot pay: a policy without a prior
         keeps grouped order and learns locality from its rewards) and on a sequential kernel
         (`order_sensitive`: a CPU's attention reuses a prefix only while its readers sit
-        adjacent, as grouped order leaves them and a shuffled queue does not; up to 1.5x a
-        step on vLLM's CPU build, benchmarks/vllm-kv-bound.md)."""
+        adjacent, as grouped order leaves them and a shuffled queue does not)."""
         index = view.index
         roots = index.num_shared_roots
         if self.cost is None or self.cost.order_sensitive:

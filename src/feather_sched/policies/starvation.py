@@ -1,24 +1,11 @@
 """Starvation guard: bound every request's wait without handing the schedule to FCFS.
 
-A policy that reorders admissions (by prefix, say) can leave a request behind forever; the
-classic cure, "admit anything older than `max_wait_s` first", breaks under a standing
-backlog, where every waiting request is older than any fixed limit: the guard then admits
-everything in queue order and the policy becomes FCFS (measured on a long-prompt trace:
-24,081 forced admissions against 108 policy decisions). Three rules keep the bound and the
-schedule:
-
-- Over-age is relative to load: a request is over-age when it has waited longer than
-  `max_wait_s` and `wait_factor` times the mean wait of recent admissions (an exponential
-  average), so under a backlog only the requests the policy keeps skipping are over-age,
-  not the whole queue.
-- Over-age requests get a bounded share of admissions: each admission the policy makes earns
-  `share` of a credit (capped at one), each forced admission spends one. So the policy
-  keeps at least 1 - `share` of admissions, and the oldest request still moves at a fixed
-  fraction of the admission rate: its wait is bounded.
-- Only the queue head is looked at (the host's waiting queue is in age order, preempted
-  requests first), so the cost per step is O(1) whatever the queue length. A forced head
-  that does not fit stays forced until it is admitted (without spending credit again), so a
-  large request cannot be overtaken forever by smaller ones, as FCFS guarantees too.
+"Admit anything older than `max_wait_s` first" turns a policy into FCFS under a standing
+backlog, where every request is that old. So over-age is relative to load (older than
+`max_wait_s` and `wait_factor` x the recent mean wait); over-age requests get at most `share`
+of admissions (a credit each policy admission earns, each forced one spends), which still
+bounds the oldest request's wait; and only the queue head is read (O(1) a step). A forced
+head that does not fit stays forced until admitted, so it cannot be overtaken forever.
 """
 
 from __future__ import annotations
@@ -30,11 +17,9 @@ WAIT_AVERAGE_WEIGHT = 1 / 64
 MAX_WAIT_S = 60.0
 """Default `max_wait_s`: the wait no request is over-age before, whatever the load."""
 STARVATION_SHARE = 0.25
-"""Default `share`: over-age requests take at most a quarter of admissions (the simulator
-suite does not move at half or double it: benchmarks/feather.md, "The constants, measured")."""
+"""Default `share`: over-age requests take at most a quarter of admissions."""
 WAIT_FACTOR = 1.0
-"""Default `wait_factor`: over-age also means older than the mean recent wait times this
-(benchmarks/overload.md: what it changed on the Mooncake trace)."""
+"""Default `wait_factor`: over-age also means older than the mean recent wait times this."""
 
 
 class StarvationGuard:

@@ -1,23 +1,12 @@
 """How long a replica needs to serve what it holds: the router's cost model.
 
-Feather's router places a request where the replicas' predicted drain times stay lowest, so it
-needs the one thing a request-count bound cannot tell it: what a request *costs* on each
-replica. That cost depends on what the replica already runs. A request of a group the replica
-runs adds its suffix's prefill and one more row to batches that read the group's prefix KV
-anyway; the same request on a replica without its group adds the prefix's prefill and, every
-decode step, another prefix to read (the paper's effect, which `cost.step_model` prices).
-So concentrating a group is nearly free until the holder's queue outgrows a second replica's
-whole cost of taking the group on, and then spreading pays; with no sharing every request
-costs the same everywhere and the rule is join-the-least-work.
-
-`ReplicaForecast` keeps, per replica, the counts that price a drain with the step model:
-outstanding requests, their uncached prompt tokens (prefill still owed), prompt and expected
-output tokens, and per prefix group its members and shared prefix tokens. A drain is priced
-as the prefill of the uncached tokens plus `output tokens / batch` decode steps of the
-replica's batch shape (at most `max_num_seqs` rows; a longer queue runs in waves). It is a
-forecast, not a simulation: queues are priced as if they started now and ran together, which
-is what comparing replicas needs. The step model is the simulator's (a profile fitted by
-`feather calibrate` or `feather probe` prices a real deployment).
+A request's cost depends on what the replica already runs: in a group it runs, its suffix's
+prefill and one more row reading the group's prefix; elsewhere, the prefix's prefill and
+another prefix to read every decode step (`cost.step_model` prices it). `ReplicaForecast`
+keeps per replica the counts that price a drain: outstanding requests, prefill still owed,
+prompt and expected output tokens, and per prefix group its members and shared tokens.
+A drain is the prefill plus `output / batch` decode steps of the replica's batch shape: a
+forecast for comparing replicas (queues priced as if they started now), not a simulation.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Cluster routing rules: which replica serves a request.
 
-One rule object holds a router's state and answers `rank(request, candidates, loads, now)`
-with ranked tiers of replica ids, the shape Ray Serve's `RequestRouter.choose_replicas`
-returns; `pick` turns tiers into one replica the way Ray's router does (the first non-empty
-tier, its replica with the shortest queue, the earlier one on a tie). The simulator's cluster
-mode (`sim.cluster`) and the Ray Serve router (`integrations.ray_serve`) drive the same rule
-objects, so the simulated and the real routers decide alike.
-
-- `Pow2Rule`: Ray Serve's default, `PowerOfTwoChoicesRequestRouter` (two distinct replicas
-  drawn uniformly; the shorter queue wins).
-- `PrefixAffinityRule`: Ray Serve LLM's `PrefixCacheAffinityRouter` (ray 2.60.0,
-  `ray/llm/_internal/serve/routing_policies/prefix_aware/prefix_aware_router.py`): pow2 when
-  the replicas' queue lengths differ by more than `imbalanced_threshold` (default: never);
-  else a prefix match of the prompt against its character tree; match rate >=
-  `match_rate_threshold` (0.1): the replicas owning the matched node, else the replicas
-  with the fewest characters in the tree; the prompt goes into the tree once routed.
-- `FeatherRule`: Feather's rule (see its docstring).
+A rule holds a router's state and answers `rank(request, candidates, loads, now)` with ranked
+tiers of replica ids, as Ray Serve's `RequestRouter.choose_replicas` returns; the simulator's
+cluster mode and the Ray Serve router drive the same rule objects. `Pow2Rule`: Ray Serve's
+default (two replicas drawn, the shorter queue wins). `PrefixAffinityRule`: Ray Serve LLM's
+`PrefixCacheAffinityRouter` (ray 2.60.0): the replicas owning the prompt's longest match when
+its rate reaches `match_rate_threshold`, else the fewest characters. `FeatherRule`: Feather's.
 """
 
 from __future__ import annotations
