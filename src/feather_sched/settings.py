@@ -1,24 +1,11 @@
-"""Feather's settings inside an engine: one typed, frozen object, read from the environment.
+"""Feather's settings inside an engine: one typed, frozen object read from the environment
+(`FEATHER_POLICY`, `FEATHER_POLICY_OPTIONS`, `FEATHER_CHUNK_TOKENS`, `FEATHER_POLICY_STATE`,
+`FEATHER_POLICY_STATE_EVERY_S`), the same names, units and defaults for every engine, so a bad
+value fails at startup naming the variable.
 
-Every engine adapter (vLLM's scheduler class, SGLang's plugin) reads the same names with the
-same units and defaults, when the engine builds its scheduler, so a bad value fails at
-startup with the variable's name, before any request is served:
-
-| variable | meaning | default |
-|---|---|---|
-| `FEATHER_POLICY` | a policy from `feather_sched.policies.registry`, or `off` | `feather` |
-| `FEATHER_POLICY_OPTIONS` | JSON object of the policy's keyword options | `{}` |
-| `FEATHER_CHUNK_TOKENS` | CHT chunk, in prompt tokens (vLLM: whole KV blocks) | 64 |
-| `FEATHER_POLICY_STATE` | file of the policy's learned state: loaded, then saved | none |
-| `FEATHER_POLICY_STATE_EVERY_S` | seconds between saves of that state | 60 |
-
-Why 64 tokens: a shared prefix shorter than one chunk is not grouped, and an arrival hashes
-(or copies) one digest per chunk, so a coarser chunk is cheaper to insert; admissions, finishes
-and the scheduler's queries no longer depend on it (they touch one CHT node per divergence
-point of a prompt, not one key per chunk: benchmarks/index.md). 64 is the chunk every
-simulator result in benchmarks/ was measured with. vLLM's chunk is a whole
-number of its KV blocks (the CHT reuses vLLM's block hashes instead of hashing the prompt).
-"""
+The chunk is 64 tokens: a shared prefix shorter than a chunk is not grouped, and arrivals hash
+one digest per chunk; admissions and queries do not depend on it. vLLM's chunk is a whole
+number of its KV blocks, so the CHT reuses vLLM's block hashes."""
 
 from __future__ import annotations
 

@@ -1,44 +1,12 @@
 """FeatherEnv: the Feather bandit's ADD/STOP decision as a gymnasium environment.
 
-Episode: one simulated run of a workload (drawn from a mix when several are given) with a
-fresh workload seed per reset, drawn from the env's seeded generator, so `reset(seed=s)`
-replays the same episode exactly.
-
-Step: one decision that `FeatherPolicy` would ask the bandit: the candidate loses shared
-prefix (`decision_state(...)`: batch > 0 and lost_chunks > 0). Every other admission is
-automatic exactly as in FeatherPolicy (the env runs a `DelegatedFeather`), including the
-starvation guard. Actions: 0 = ADD, 1 = STOP (`policies.feather.ADD/STOP`). Observation:
-`policies.observation.FEATURES`, float32 in [0, 1].
-
-Reward: sequences served beyond what FCFS would serve in the same time, in full batches. For
-each decode-dominated engine step between this decision and the next one, serving b sequences
-in dt seconds, the term is (b - rho * dt) / B, summed over the window; B = min(max_num_seqs,
-requests) and rho = the decode throughput (sequences/s over decode-dominated steps) of vLLM's
-FCFS on the same requests, simulated once per episode. Prefill-dominated steps are skipped, as
-the bandit skips them (a prefill is a one-off cost every request pays whenever it is
-admitted). A term is positive when its step out-runs FCFS's average, so a window's reward is
-"this throughput vs FCFS's, weighted by duration"; it is deterministic for the episode and
-hardware-neutral (rho comes from the same cost model).
-
-Why this shape. The sum over an episode is (sum(b) - rho * T_decode) / B, and sum(b), one
-token per served sequence per step, is nearly fixed by the workload: the return grows exactly
-as decode time shrinks, whatever the number of decisions. The bandit's per-decision mean
-throughput does not have that property: STOP asks again every step and collects a reward each
-time, while the ADDs of one pass have no step between them, so on a 3 x 30 long-prefix run
-all-ADD was 38% faster than all-STOP yet earned 0.8 against 12.2. The baseline matters too:
-measured against an ideal engine (every term <= 0), a discounted learner prefers small slow
-batches, since postponed work is discounted away; measured against FCFS, a step slower than
-FCFS's average costs reward now. The ADDs of one pass before its last decision get 0 (no step
-ran in between); `info["engine_steps"]` (steps between this decision and the next) lets a
-learner discount per engine step so they share the pass's outcome (`rl.step_discount`).
-The last decision's window runs to the end of the simulation.
-
-Bridge: the simulator is a loop that calls the policy, so it runs in a worker thread and hands
-each decision to `step` over two queues. Control strictly alternates (the worker blocks while
-the agent thinks and vice versa), so an episode is deterministic. `reset` and `close` stop an
-unfinished worker by sending it an abort that it raises inside the simulator; a garbage-
-collected env does the same through a finalizer, so no thread is left blocked.
-"""
+An episode is one simulated run (fresh workload seed per reset, so `reset(seed=s)` replays
+it); a step is one decision `FeatherPolicy` would ask (every other admission is automatic, as
+in the policy). Reward: sequences served beyond FCFS's decode rate over the decode steps until
+the next decision, `(b - rho * dt) / B`, so an episode's return grows exactly as decode time
+shrinks, however many decisions it asks; `info["engine_steps"]` lets a learner discount per
+engine step. The simulator runs in a worker thread that alternates strictly with the agent
+over two queues, so an episode is deterministic; `reset`/`close` abort an unfinished worker."""
 
 from __future__ import annotations
 

@@ -1,29 +1,10 @@
 """Train `feather-ppo`: stable-baselines3 PPO on FeatherEnv, exported to a numpy .npz.
 
-Needs the `rl` extra (`pip install -e .[rl]`: gymnasium, stable-baselines3, CPU torch);
-`require_rl()` says so in one line when it is missing. The actor is a [32, 32] tanh MLP
-(sb3's default activation), small enough that its numpy forward pass costs microseconds;
-the critic is larger ([64, 64]) because it is thrown away after training.
-
-Training mix (`DEFAULT_MIX`, from `workloads.presets`, scale "train"): the workloads where the
-ADD/STOP choice matters, scaled down so an episode simulates in well under a second: the
-paper's synthetic long-prefix scenarios (2, 5, 20, 100 groups of 5,000-10,000-token prefixes,
-20-token suffixes, 50 output tokens, Poisson arrivals, max batch 500), the bench's long-prefix
-shape, SGLang's shared-prefix shape and document QA. Workloads with no shared prefix
-(no-sharing) never ask a decision, so they cannot be trained on (Feather admits them all
-without asking). Each mix entry gets its own environment in the vector env, so each
-contributes the same number of decisions per update.
-Recipe (each part measured on this mix; see the modules named):
-1. warm start: the actor first imitates the bandit's greedy choices (`rl.teacher`). PPO from
-   scratch drifted to one action everywhere: all-ADD from 50/50 (4,102 tok/s on the bench
-   long-prefix, where the bandit gets 8,983), all-STOP from a STOP-leaning start (0.37x FCFS
-   on shared-prefix), because a choice pays only when repeated for many steps;
-2. PPO fine-tunes with a small learning rate and no entropy bonus, discounting per engine
-   step rather than per decision (`rl.step_discount`), so the hundreds of ADDs of one
-   admission pass do not push later rewards away for free.
-Rewards are normalised by sb3's VecNormalize for the critic's sake; observations are already
-in [0, 1] and stay raw, so the exported net needs no normalisation at decision time.
-"""
+Needs the `rl` extra. The actor is a [32, 32] tanh MLP, cheap enough to run in numpy at
+decision time. The mix (`DEFAULT_MIX`) holds the workloads where ADD/STOP matters, scaled so an
+episode simulates in under a second. The actor first imitates the bandit (`rl.teacher`), since
+PPO from scratch collapses to one action everywhere; PPO then fine-tunes with a small learning
+rate, discounting per engine step (`rl.step_discount`)."""
 
 from __future__ import annotations
 

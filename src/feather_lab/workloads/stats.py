@@ -1,24 +1,10 @@
 """Summary numbers for a request set, chiefly how much of it is shared prefix.
 
-Two sharing measures, both exact at token granularity:
-
-- shared_prefix_share: for each request, the longest prefix it shares with ANY
-  other request in the set, summed over requests / total prompt tokens. This is
-  the room a batch-forming scheduler has to work with.
-- cacheable_prefix_share: the longest prefix shared with an EARLIER request
-  (arrival order, ties broken by list position), summed / total. That is what
-  an infinite prefix cache could hit, so it bounds prefill savings.
-
-Method: sort prompts lexicographically by their big-endian int32 bytes (byte
-order then equals token order, and a prompt sorts before its extensions). In a
-sorted list the longest common prefix (LCP) of two entries is the minimum of
-the adjacent LCPs between them, so a prompt's best partner in any subset is its
-nearest neighbour in sorted order within that subset. "Any other" takes the
-larger LCP with the two sorted neighbours; "earlier" walks requests in arrival
-order, keeps the sorted ranks seen so far, and asks a range-minimum table over
-the adjacent LCPs for the nearest seen neighbours. Token work is one numpy
-first-mismatch scan per adjacent pair; the rest is O(n log n) on ranks.
-"""
+`shared_prefix_share`: each request's longest prefix shared with any other request, over all
+prompt tokens (the room a batch-forming scheduler has). `cacheable_prefix_share`: the same
+with an earlier request only (what an infinite prefix cache could hit). Both exact, from the
+prompts sorted by their big-endian bytes: a prompt's best partner is a sorted neighbour, so
+the work is one numpy scan per adjacent pair plus O(n log n) on ranks."""
 
 from __future__ import annotations
 

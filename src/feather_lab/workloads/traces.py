@@ -1,26 +1,10 @@
-"""Trace files: the public Mooncake format (read) and our own JSONL format (read and write).
+"""Trace files: the public Mooncake format (read) and Feather's JSONL (read and write).
 
-Mooncake traces (kvcache-ai/Mooncake, FAST25-release/traces) carry no token
-ids, only `hash_ids`: one id per `block_size`-token block, equal ids meaning
-equal block content. We turn each id into a fixed pseudo-random block
-(numpy default_rng([seed, hash_id])), so equal leading ids give equal token
-prefixes and the trace's sharing structure survives exactly; the last block is
-cut so the prompt has exactly `input_length` tokens.
-
-Our JSONL format stores the tokens themselves, one request per line:
-{"id": str, "arrival": seconds, "output_len": int, "prompt": [int, ...],
-"group": str (optional), "meta": object (optional)}. Writing then reading gives
-back the same requests in the same order (floats round-trip through repr).
-
-Both readers check every line and raise TraceFormatError naming the file, the
-1-based line number and the field. Lines holding only whitespace are skipped;
-nothing else is. Readers keep file order (they do not sort by arrival).
-
-Values no real trace holds are refused with the reason, since each one alone is
-legal but a run on it means nothing (0 tok/s, or a run that never ends): a prompt
-or output over `MAX_TRACE_TOKENS` (beyond any model's context), an arrival over
-`MAX_TRACE_SECONDS` (centuries: a unit error, e.g. ns read as s).
-"""
+Mooncake traces carry `hash_ids` (one per block of equal content), not tokens: each id becomes
+a fixed pseudo-random block, so the trace's sharing survives exactly. Feather's JSONL holds
+the tokens, one request a line (`id`, `arrival`, `output_len`, `prompt`, optional `group` and
+`meta`), and round-trips. Readers keep file order and raise `TraceFormatError` naming the file,
+line and field, and refuse values no real trace holds (a unit error, a prompt beyond any model)."""
 
 from __future__ import annotations
 

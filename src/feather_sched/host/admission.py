@@ -1,22 +1,10 @@
 """The policy's side of one admission step, shared by every host (simulator, vLLM, SGLang).
 
-Every host runs the same dialogue with a policy, whatever shape its engine's loop has:
-
-1. start: if the policy says it would follow the host's queue order this step
-   (`Policy.follows_queue_order`), leave the step to the engine's own loop; else
-   `begin_step`, then a lazy candidate iterator;
-2. for each candidate: check the contract (a waiting id, not proposed twice), ask ADD/STOP;
-3. never stall: a STOP (or no candidate) while nothing runs admits the queue head once
-   (`AdmissionPass.force_head` decides and names the head; the engine admits it);
-4. close the iterator; feed the step's duration back (`Policy.end_step`).
-
-`AdmissionPass` is steps 1-3 for one step and `PolicyHost` owns the policy, the counters and
-the failure rule. Engines differ only in who drives the loop: the simulator pulls candidates,
-vLLM's `schedule()` pulls them through its waiting queue, SGLang's adder is offered them.
-A policy that raises or breaks the contract must never take an engine down: an engine host
-logs it once and finishes the step in the engine's own order; the simulator (`strict`)
-raises `PolicyError`, so a broken policy fails its tests.
-"""
+`AdmissionPass` runs one step's dialogue: leave the step to the engine where the policy follows
+its order; else offer candidates in the policy's order, check the contract (a waiting id, never
+twice), ask ADD/STOP, and never stall (with nothing running, the queue head is admitted).
+`PolicyHost` owns the policy, the counters and the failure rule: an engine host logs a broken
+policy once and finishes the step in the engine's order; the simulator (`strict`) raises."""
 
 from __future__ import annotations
 

@@ -1,27 +1,11 @@
-"""The one request tracker every host keeps: the CHT of its waiting and running requests, and
-each request's metadata, driven by the host's own events.
+"""The one request tracker every host keeps: the CHT of its waiting and running requests and
+each request's metadata, moved by four transitions (`waiting`, `running`, `park`, `forget`).
 
-The simulator, the vLLM adapter and the SGLang adapter all move requests through these four
-transitions (`waiting`, `running`, `park`, `forget`), so a policy sees the same index, the same
-digests and the same arrival clock whichever host runs it, and the simulator's tests exercise
-the transitions the engines use. Engine adapters see requests move through hooks that do not
-always say where a request came from (vLLM pops a waiting request before it knows whether it
-will run or be skipped), so each transition is an idempotent "ensure": calling one twice, or
-for a request the tracker never saw, is safe, and the tracker can always be brought back in
-line by replaying the engine's queues (`resync`). The simulator knows every move exactly and
-runs the tracker `strict`: a transition that is not a real move raises, so a bookkeeping bug
-fails its tests instead of being absorbed.
-
-Digests: vLLM already hashes every full prompt block (`Request.block_hashes`, chained like the
-CHT's digests: vllm/v1/core/kv_cache_utils.py `hash_block_tokens`). The first 8 bytes of each
-block hash become the int digest, so adding a request costs no token work. With
-`chunk_blocks > 1` every `chunk_blocks`-th block hash (plus the last full block, as the CHT's
-final partial chunk) makes a coarser chain with the same prefix semantics. Without block hashes
-(prefix caching off) the prompt is hashed here with `chunk_digests`.
-
-This module imports nothing from the engines: `RequestFields` says how to read a host's
-request object (`VLLM_FIELDS`, the default; the SGLang adapter and the simulator have their own).
-"""
+Engine hooks do not always say where a request came from, so each transition is an idempotent
+"ensure" and `resync` replays the engine's queues; the simulator runs it `strict`, so a
+bookkeeping bug raises. Digests reuse vLLM's chained block hashes where it has them (no token
+work per request); otherwise the prompt is hashed here. `RequestFields` says how to read a
+host's request object, so nothing here imports an engine."""
 
 from __future__ import annotations
 

