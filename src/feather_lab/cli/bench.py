@@ -223,7 +223,7 @@ def _kv_scenarios(num_kv_blocks: int | None) -> tuple[KvScenario, ...] | None:
 def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
     """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
     from feather_lab.bench.output import check_plot_path
-    from feather_lab.harness.vllm_engine import run_vllm_bench
+    from feather_lab.harness.vllm_suite import run_vllm_bench
 
     writable(json=json_out, steps_out=spec.steps_out)
     try:

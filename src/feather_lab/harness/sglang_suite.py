@@ -55,7 +55,7 @@ class SGLangBenchSpec(EngineBenchSpec):
     """(hardware, model) profile of the stand-in's cost; None: the model's calibrated one."""
 
     def validate(self) -> None:
-        from feather_lab.harness.vllm_engine import ENGINE_SCALES, engine_scale
+        from feather_lab.harness.vllm_spec import ENGINE_SCALES, engine_scale
         from feather_sched.policies.registry import policy_names
 
         valid = list(dict.fromkeys([*SGLANG_POLICIES, *policy_names()]))
@@ -114,7 +114,7 @@ def run_sglang_suite(
     """One scheduler process per (KV scenario, policy), serving every workload `repeats`
     times (cache flushed between runs); median rows, `vs_fcfs` against SGLang's fcfs."""
     from feather_lab.bench.report import add_relative
-    from feather_lab.harness.vllm_engine import engine_scale, engine_workload
+    from feather_lab.harness.vllm_spec import engine_scale, engine_workload
 
     spec.validate()
     tick = on_progress or (lambda _label: None)

@@ -430,11 +430,11 @@ def open_engines(spec: VllmPassSpec, cache: Path | None = None) -> tuple[dict[st
     """vLLM's own scheduler and FeatherScheduler on the built-in tiny Llama, warmed up; and
     the vocabulary size."""
     from feather_lab.harness.vllm_engine import (
-        _warm_up,
         engine_env_defaults,
         make_llm,
         model_dir,
         require_vllm,
+        warm_up,
     )
     from feather_lab.harness.vllm_spec import BASELINE, VllmBenchSpec
 
@@ -454,7 +454,7 @@ def open_engines(spec: VllmPassSpec, cache: Path | None = None) -> tuple[dict[st
         "feather": make_llm(bench, path, dtype, spec.kv_blocks, feather=True),
     }
     for llm in engines.values():
-        _warm_up(llm, vocab)
+        warm_up(llm, vocab)
     return engines, vocab
 
 

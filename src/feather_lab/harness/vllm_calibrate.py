@@ -31,21 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from feather_lab.harness.vllm_engine import (
-    BASELINE,
-    ENGINE_SCALES,
-    StepProbe,
-    VllmBenchSpec,
-    engine_env_defaults,
-    engine_workload,
-    make_llm,
-    median_rows,
-    model_dir,
-    open_engines,
-    require_vllm,
-    run_repetition,
-    scheduler_of,
-)
+from feather_lab.harness.vllm_engine import engine_env_defaults, make_llm, model_dir, require_vllm
+from feather_lab.harness.vllm_spec import BASELINE, ENGINE_SCALES, VllmBenchSpec, engine_workload
+from feather_lab.harness.vllm_steps import StepProbe
+from feather_lab.harness.vllm_suite import median_rows, open_engines, run_repetition
 from feather_lab.sim.config import EngineConfig
 from feather_lab.sim.engine import simulate
 from feather_sched.cost import (
@@ -58,6 +47,7 @@ from feather_sched.cost import (
 from feather_sched.cost import load_model as load_model_profile
 from feather_sched.cost.composition import Composition
 from feather_sched.cost.fit import fit_profile, mape, predict, stamp_fitted
+from feather_sched.vllm.local import scheduler_of
 
 
 @dataclass(frozen=True)
