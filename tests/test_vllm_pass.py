@@ -18,7 +18,9 @@ if importlib.util.find_spec("vllm") is not None:  # before torch loads (see test
 
 require("vllm", "vllm", "needs the real vLLM engine: pip install -e '.[vllm]' (see pyproject)")
 
-from feather_lab.harness.vllm_bench import HOOKS, VllmPassSpec, run_vllm_pass  # noqa: E402
+from feather_lab.harness.vllm_bench import run_vllm_pass  # noqa: E402
+from feather_lab.harness.vllm_bench_probe import HOOKS  # noqa: E402
+from feather_lab.harness.vllm_bench_spec import VllmPassSpec  # noqa: E402
 
 N = 50
 SPEC = VllmPassSpec(
