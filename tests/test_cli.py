@@ -188,6 +188,7 @@ def _calibration_report() -> dict:
 
 def test_calibrate_prints_the_fit_and_records_the_report(tmp_path: Path, monkeypatch) -> None:
     from feather_lab.harness import vllm_calibrate
+    from feather_lab.harness.vllm_calibrate_spec import COMPARE_POLICIES
 
     specs = []
 
@@ -210,7 +211,7 @@ def test_calibrate_prints_the_fit_and_records_the_report(tmp_path: Path, monkeyp
     payload = json.loads(record.read_text())
     assert list(payload) == ["machine", *_calibration_report()]
     (spec,) = specs
-    assert spec.bench.policies == vllm_calibrate.COMPARE_POLICIES and spec.bench.repeats == 1
+    assert spec.bench.policies == COMPARE_POLICIES and spec.bench.repeats == 1
     assert spec.passes == 5 and spec.bench_rows == [{"workload": "w", "policy": "vllm"}]
     prior = {"hardware": "cpu", "model": "tiny-llama"}
     assert spec.bench.policy_options == {"feather": prior, "feather-hold": prior}

@@ -566,7 +566,7 @@ def test_bench_feather_learns_across_runs_with_a_policy_state(
 
 
 def test_calibrate_measures_shared_blocks(default_llm) -> None:
-    from feather_lab.harness.vllm_calibrate import measure
+    from feather_lab.harness.vllm_calibrate_samples import measure
     from feather_sched.cost.composition import Composition
 
     samples = measure(default_llm, Composition(4, 2, 2 * BLOCK, 8, 4), TINY_LLAMA.vocab_size, 0)

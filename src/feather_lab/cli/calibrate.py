@@ -53,11 +53,8 @@ def calibrate(
     feather_hardware: CalibrateFeatherHardware = None,
 ) -> None:
     """Measure real step times, fit the cost model's hardware parameters, report its error."""
-    from feather_lab.harness.vllm_calibrate import (
-        COMPARE_POLICIES,
-        CalibrateSpec,
-        run_calibration,
-    )
+    from feather_lab.harness.vllm_calibrate import run_calibration
+    from feather_lab.harness.vllm_calibrate_spec import COMPARE_POLICIES, CalibrateSpec
 
     if engine != "vllm":
         raise typer.BadParameter(
