@@ -1,41 +1,11 @@
 """CPU cost of one scheduling pass in SGLang's own classes: lpm / dfs-weight vs Feather.
 
-The SGLang counterpart of `feather bench --engine vllm` (harness/vllm_engine.py), beside it: no
-SGLang model or server runs on a CPU, so what is measured is the scheduling pass in SGLang's
-real classes. Run in the SGLang venv (see the 'sglang' extra in pyproject.toml):
-
-    .venv-sglang/bin/feather sglang-bench --json benchmarks/sglang.json
-
-Workload: N waiting requests of 2,000 tokens, each one of 100 shared 1,500-token prefixes plus
-a private 500-token suffix (prefix drawn at random per request); SGLang's `RadixCache` holds
-the 100 prefixes; nothing runs yet, or (`--running R`) a batch of R requests of the same shape
-runs beside every formation, in both arms' running batch and in Feather's CHT, under a limit
-of `--max-running` (SGLang's `max_running_requests`). A policy that weighs the running batch
-(`--policy feather`: its grouping judge walks the queue up to the batch's free slots, its
-bandit asks about new groups only beside a running batch) needs one to be measured as a
-server runs it. `--finished F`: Feather's CHT last saw F more requests running, which
-have finished by the formation, as a server's batch changes between two passes (its sync
-then diffs the running batch; with F = 0 it finds it as it left it). Per N, every figure is
-the median (and `_min`, the least-disturbed run: the cores are shared) over `--repeats`
-fresh runs. SGLang's figures are
-process CPU time, and so is Feather's ordering pass (`HostStats.ordering_s` with
-`time.process_time` as its clock; its ~70 clock reads per pass are included).
-
-- `calc_priority` of SGLang's `SchedulePolicy`: fcfs and lpm as shipped (mean of `--passes`
-  consecutive calls: fcfs refreshes the LRU of the first 128 waiting prefixes every 32nd pass,
-  and above 128 waiting lpm falls back to fcfs: `_determine_active_policy`,
-  WAITING_QUEUE_PREFIX_MATCH_MAX); lpm with that fallback disabled (the same method with the
-  module constant raised, so its radix matching and sort run at any N); dfs-weight (no fallback).
-- Feather (plugin on, FEATHER_POLICY, default grouped): its ordering pass = all Feather does in
-  one batch formation (`calc_priority`: sync the CHT by rid, first candidate; then ADD/STOP,
-  admission bookkeeping and the next candidate inside the adder loop), the CHT already holding
-  the queue (each prompt is hashed once, on arrival: reported per request); and its
-  `calc_priority` alone (mean of `--passes` calls).
-- The whole batch formation (calc_priority + SGLang's PrefillAdder loop, which stops when
-  max_prefill_tokens=16384 is spent) for lpm as shipped and for Feather: `--formations`
-  interleaved pairs per repeat, Feather untimed as in a server, each a pass without SGLang's
-  every-32nd LRU refresh (`common_pass`); Feather's added CPU (`feather_added_ms`) is the
-  median of the pairs' differences.
+`feather sglang-bench` (the SGLang venv; see the 'sglang' extra in pyproject.toml). N waiting
+requests, each one of `PREFIXES` shared prefixes (held by SGLang's `RadixCache`) plus a private
+suffix, optionally beside a running batch (`--running`). Measured on process CPU time:
+`calc_priority` of SGLang's policies (lpm also with its fallback above 128 waiting disabled),
+Feather's ordering pass (`HostStats.ordering_s`), and the whole batch formation (calc_priority
++ SGLang's PrefillAdder loop) in interleaved lpm / Feather pairs; per N the median over runs.
 """
 
 from __future__ import annotations
@@ -126,9 +96,8 @@ class Setup:
 
     def keep_policy(self, queue: Any) -> None:
         """One Feather policy for every formation, as a server keeps one for its life, so
-        its caches are warm (the grouping judge's locality ratios: ~0.1 ms to compute cold
-        on the h200 profile, then a dict read while the batch's shape holds; the prior's
-        plan gains); each formation still gets a fresh CHT."""
+        its caches are warm (the grouping judge's locality ratios, the prior's plan gains);
+        each formation still gets a fresh CHT."""
         if self._kept is None or queue.policy.name != self._kept.name:
             self._kept = queue.policy
         else:
@@ -327,8 +296,7 @@ def _formation_policy(
     Both arms do the same untimed work first: Feather's CHT is filled from the queue (every
     prompt hashed), and lpm's arm fills one it then drops. That work sweeps the CPU caches,
     so done for Feather's arm alone it would leave only Feather's formation running on
-    colder caches: measured, lpm's formation costs 0.07 ms more after it at 1,000 waiting
-    and 0.16 ms at 10,000 (benchmarks/sglang-formation-ab-levelled.json)."""
+    colder caches."""
     from feather_sched.sglang.plugin import queue_for
 
     queue = list(reqs)
@@ -348,10 +316,8 @@ def common_pass(policy: Any, refresh: bool = False) -> Any:
     """`policy` (a SchedulePolicy) set to run a pass as 31 in 32 of a server's are:
     without the LRU refresh of the first 128 waiting prefixes, which SGLang's fcfs-family
     passes run every 32nd call (`_touch_waiting_prefixes`, WAITING_PREFIX_REFRESH_INTERVAL)
-    and Feather's as well. A fresh policy's first pass refreshes: 1.7 ms of a 2.8 ms
-    formation at 1,000 waiting (benchmarks/sglang-formation-ab-touch.json), which put
-    ~0.1 ms a request on SGLang's adder where the CPU model divides the formation by the
-    admitted. Its amortized cost is in `calc_priority`'s mean over `--passes` calls.
+    and Feather's as well; a fresh policy's first pass refreshes, which would dominate a
+    single formation. Its amortized cost is in `calc_priority`'s mean over `--passes` calls.
     `refresh`: set to run the every-32nd pass, the one that refreshes."""
     if hasattr(policy, "_waiting_prefix_refresh_calls"):
         policy._waiting_prefix_refresh_calls = 0 if refresh else 1

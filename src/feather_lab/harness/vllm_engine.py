@@ -111,8 +111,8 @@ def keep_async_scheduling(enabled: bool = True) -> Iterator[None]:
     vLLM's CPU platform switches async scheduling off ("not required on CPU":
     vllm/platforms/cpu.py `check_and_update_config`), though its CPU model runner runs the
     pipelined loop (`EngineCore.step_with_batch_queue`) fine. This keeps what the config
-    asked for, for engines built in the block only, so the GPU default can be exercised and
-    measured here. Elsewhere (GPU platforms) it changes nothing.
+    asked for, for engines built in the block only, so the GPU default can be exercised on
+    CPU. Elsewhere (GPU platforms) it changes nothing.
     """
     if not enabled:
         yield
