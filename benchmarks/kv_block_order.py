@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from feather_lab.bench.machine import write_record
     from feather_lab.bench.runner import config_provenance
-    from feather_lab.harness.vllm_engine import engine_env_defaults, model_dir, run_once
+    from feather_lab.harness.vllm_engine import engine_env_defaults, model_dir
+    from feather_lab.harness.vllm_run import run_once
     from feather_lab.harness.vllm_spec import VllmBenchSpec, engine_workload
     from feather_sched.vllm.local import scheduler_of
 

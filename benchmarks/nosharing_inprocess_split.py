@@ -17,7 +17,9 @@ from replay_ab import PRIOR
 
 from feather_lab.cli.bench import feather_prior_options
 from feather_lab.harness import vllm_engine as ve
+from feather_lab.harness.vllm_run import run_once
 from feather_lab.harness.vllm_spec import ENGINE_SCALES, VllmBenchSpec, engine_workload
+from feather_lab.harness.vllm_suite import open_engines
 
 TIMED = {"model_executor": ("execute_model", "sample_tokens"),
          "scheduler": ("schedule", "update_from_output")}  # fmt: skip
@@ -47,19 +49,19 @@ def main(scenario_name: str, rounds: int) -> None:
                          policy_options=options).resolved()  # fmt: skip
     ve.engine_env_defaults()
     acc: dict[str, float] = defaultdict(float)
-    with ve._env(VLLM_ENABLE_V1_MULTIPROCESSING="0"):
+    with ve.scoped_env(VLLM_ENABLE_V1_MULTIPROCESSING="0"):
         path, _dtype, vocab = ve.model_dir(spec)
         requests = engine_workload("no-sharing", vocab, spec.seed, spec.scale)
-        engines = ve.open_engines(spec, scenario, path, _dtype, vocab)
+        engines = open_engines(spec, scenario, path, _dtype, vocab)
         for llm in engines.values():
             timed(llm.llm_engine.engine_core.engine_core, acc)
         runs = [("vllm", None), ("feather", "feather"), ("feather", "fcfs")]
         for r in range(rounds):
             for engine, policy in runs if r % 2 == 0 else runs[::-1]:
                 if policy is not None:
-                    ve._set_policy(engines[engine], policy, options.get(policy, {}))
+                    ve.set_policy(engines[engine], policy, options.get(policy, {}))
                 acc.clear()
-                row = ve.run_once(engines[engine], requests, "split")
+                row = run_once(engines[engine], requests, "split")
                 label = engine if policy is None else f"feather-adapter/{policy}"
                 out = {"scenario": scenario_name, "round": r, "run": label}
                 out.update(tok_s=row["output_tok_s"], steps=row["steps"], busy_s=row["busy_s"])

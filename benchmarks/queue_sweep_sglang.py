@@ -35,9 +35,9 @@ from pathlib import Path
 from queue_sweep import HARDWARE, MODEL, SHAPE, traffic
 
 from feather_lab.bench.machine import write_record
-from feather_lab.harness.sglang_bench import _run_row
 from feather_lab.harness.sglang_engine import serve
 from feather_lab.harness.sglang_spec import ServeRequest, ServeSpec
+from feather_lab.harness.sglang_suite import _run_row
 from feather_lab.harness.tiny_llama import TINY_LLAMA
 from feather_lab.sim.config import EngineConfig
 from feather_sched.cost import StepCostModel

@@ -3,7 +3,7 @@
 `feather sglang-bench` compares Feather's formation with lpm's across processes and spreads
 ~+-0.1 ms run to run, too much to see a change of that size. This runs, in one process and
 interleaved formation by formation (the order rotating), SGLang's own batch formation
-(harness/sglang_pass.py: calc_priority, then the adder loop) in these arms:
+(harness/sglang_bench.py: calc_priority, then the adder loop) in these arms:
 
 - `lpm`: lpm as shipped (SGLang's fcfs above 128 waiting), the bar's reference, after the
   same untimed setup as Feather's arm (`_formation_policy`: a CHT filled from the queue);
@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable
 
 from feather_lab.bench.machine import write_record
-from feather_lab.harness import sglang_pass as H
+from feather_lab.harness import sglang_bench as H
 
 ARMS = ("lpm", "lpm-unlevelled", "lpm-grouped-list", "feather", "feather-memmove")
 
@@ -66,7 +66,7 @@ def formation_ms(
     first 128 waiting prefixes inside it (`_touch_waiting_prefixes`, one walk of the radix
     tree each: cheaper where those 128 share few prefixes, as a grouped list's do; unless
     `refresh`, only the method's checks before it returns, ~0.05 ms: the bench's formation is
-    a pass without the refresh, `sglang_pass.common_pass`)."""
+    a pass without the refresh, `sglang_bench.common_pass`)."""
     from feather_sched.sglang import queue as sglang_queue
     from feather_sched.sglang import snapshot as list_snapshot
 

@@ -28,8 +28,8 @@ import time
 from types import SimpleNamespace
 
 from feather_lab.bench.machine import write_record
+from feather_lab.harness.sglang_bench import PREFIX_LEN, prefix_pool, prompt
 from feather_lab.harness.sglang_loop import StandInReq, scheduler_loop
-from feather_lab.harness.sglang_pass import PREFIX_LEN, prefix_pool, prompt
 from feather_sched.policies.registry import make_policy
 from feather_sched.sglang.queue import SGLangQueue
 
@@ -38,7 +38,7 @@ ADMITTED = 17
 
 
 def requests(n: int, seed: int = 0) -> list[StandInReq]:
-    """`feather sglang-bench`'s workload (harness/sglang_pass.py), as stand-in requests whose
+    """`feather sglang-bench`'s workload (harness/sglang_bench.py), as stand-in requests whose
     radix match covers their shared prefix."""
     rng = random.Random(seed)
     prefixes = prefix_pool(rng)

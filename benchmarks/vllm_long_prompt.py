@@ -78,14 +78,14 @@ def main() -> None:
 
     from feather_lab.harness.vllm_engine import (
         VllmBenchSpec,
-        _set_policy,
-        _warm_up,
         engine_env_defaults,
         make_llm,
         require_vllm,
-        run_once,
         scheduler_of,
+        set_policy,
+        warm_up,
     )
+    from feather_lab.harness.vllm_run import run_once
 
     engine_env_defaults()
     require_vllm()
@@ -116,9 +116,9 @@ def main() -> None:
         feather = name != "vllm"
         t0 = time.perf_counter()
         llm = make_llm(spec, path, "float32", blocks, feather=feather)
-        _warm_up(llm, TINY_LLAMA.vocab_size)
+        warm_up(llm, TINY_LLAMA.vocab_size)
         if feather:
-            _set_policy(llm, name, {})
+            set_policy(llm, name, {})
         cpu = _CpuTimer(scheduler_of(llm))
         try:
             row = run_once(llm, requests, name)

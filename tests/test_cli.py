@@ -188,6 +188,7 @@ def _calibration_report() -> dict:
 
 def test_calibrate_prints_the_fit_and_records_the_report(tmp_path: Path, monkeypatch) -> None:
     from feather_lab.harness import vllm_calibrate
+    from feather_lab.harness.vllm_calibrate_spec import COMPARE_POLICIES
 
     specs = []
 
@@ -210,7 +211,7 @@ def test_calibrate_prints_the_fit_and_records_the_report(tmp_path: Path, monkeyp
     payload = json.loads(record.read_text())
     assert list(payload) == ["machine", *_calibration_report()]
     (spec,) = specs
-    assert spec.bench.policies == vllm_calibrate.COMPARE_POLICIES and spec.bench.repeats == 1
+    assert spec.bench.policies == COMPARE_POLICIES and spec.bench.repeats == 1
     assert spec.passes == 5 and spec.bench_rows == [{"workload": "w", "policy": "vllm"}]
     prior = {"hardware": "cpu", "model": "tiny-llama"}
     assert spec.bench.policy_options == {"feather": prior, "feather-hold": prior}
@@ -221,7 +222,7 @@ def test_calibrate_prints_the_fit_and_records_the_report(tmp_path: Path, monkeyp
 def test_bench_engine_vllm_records_its_spec(tmp_path: Path, monkeypatch) -> None:
     from dataclasses import asdict
 
-    from feather_lab.harness import vllm_engine
+    from feather_lab.harness import vllm_suite
 
     specs = []
     row = {"workload": "w (kv-64-blocks)", "policy": "vllm", "output_tok_s": 9.0, "vs_fcfs": 1.0}
@@ -230,7 +231,7 @@ def test_bench_engine_vllm_records_its_spec(tmp_path: Path, monkeypatch) -> None
         specs.append(spec)
         return [dict(row)]
 
-    monkeypatch.setattr(vllm_engine, "run_vllm_bench", fake_bench)
+    monkeypatch.setattr(vllm_suite, "run_vllm_bench", fake_bench)
     state, out = tmp_path / "state.json", tmp_path / "out" / "v.json"
     args = ["bench", "--engine", "vllm", "--num-kv-blocks", "64", "--async-scheduling"]
     args += ["--policy-state", str(state), "--json", str(out), "--plot", str(tmp_path / "v.png")]

@@ -7,17 +7,11 @@ import pytest
 from typer.testing import CliRunner
 
 from feather_lab.cli import app
-from feather_lab.harness import vllm_calibrate
+from feather_lab.harness import vllm_calibrate, vllm_calibrate_fit
 from feather_lab.harness.tiny_llama import ENGINE_MODELS
-from feather_lab.harness.vllm_calibrate import (
-    COMPARE_POLICIES,
-    GRIDS,
-    CalibrateSpec,
-    Sample,
-    default_compositions,
-    median_of_passes,
-    split,
-)
+from feather_lab.harness.vllm_calibrate_grid import GRIDS, default_compositions
+from feather_lab.harness.vllm_calibrate_samples import Sample, median_of_passes, split
+from feather_lab.harness.vllm_calibrate_spec import COMPARE_POLICIES, CalibrateSpec
 from feather_lab.harness.vllm_engine import ENGINE_SCALES, VllmBenchSpec, engine_workload
 from feather_sched.cost import BatchShape, load_hardware, load_model
 from feather_sched.cost.fit import fit_profile, mape, predict
@@ -156,7 +150,7 @@ def _engine_free_calibration(monkeypatch: pytest.MonkeyPatch) -> list[Sample]:
     monkeypatch.setattr(vllm_calibrate, "engine_env_defaults", lambda: None)
     monkeypatch.setattr(vllm_calibrate, "model_dir", lambda spec, cache=None: ("m", "auto", 512))
     monkeypatch.setattr(vllm_calibrate, "_measure", lambda *args: (samples, runs))
-    monkeypatch.setattr(vllm_calibrate, "_vllm_version", lambda: "0.0")
+    monkeypatch.setattr(vllm_calibrate_fit, "_vllm_version", lambda: "0.0")
     return samples
 
 

@@ -116,7 +116,8 @@ def test_reference_attention_matches_dense_softmax():
 def test_cpu_probe_end_to_end(tmp_path):
     """A tiny grid on tiny-llama: rows, held-out MAPE, a profile the simulator loads."""
     _torch()
-    from feather_lab.probe.run import ProbeSpec, run_probe
+    from feather_lab.probe.run import run_probe
+    from feather_lab.probe.spec import ProbeSpec
 
     comps = [Composition(b, g, p, 16) for b in (1, 4) for g in (1, 2) for p in (32, 64) if g <= b]
     spec = ProbeSpec(device="cpu", model="tiny-llama", reps=2, warmup=1, compositions=comps)
@@ -139,7 +140,8 @@ def test_cpu_probe_end_to_end(tmp_path):
 def test_probe_rejects_unknown_grid_and_kernel():
     _torch()
     from feather_lab.probe.attention import kernels
-    from feather_lab.probe.run import ProbeSpec, run_probe
+    from feather_lab.probe.run import run_probe
+    from feather_lab.probe.spec import ProbeSpec
 
     with pytest.raises(ValueError, match="unknown grid"):
         run_probe(ProbeSpec(device="cpu", grid="nope"), log=lambda _s: None)
@@ -217,7 +219,8 @@ def test_probe_goes_on_past_a_failing_composition(tmp_path, monkeypatch):
     """A composition whose kernel fails (out of memory, say) is listed, the rest measured."""
     _torch()
     from feather_lab.probe import attention
-    from feather_lab.probe.run import ProbeSpec, run_probe
+    from feather_lab.probe.run import run_probe
+    from feather_lab.probe.spec import ProbeSpec
 
     def flaky(q, *args, **kwargs):
         if q.shape[0] == 3:

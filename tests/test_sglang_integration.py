@@ -480,7 +480,7 @@ def test_policy_state_is_loaded_and_saved(sg, feather_on, tmp_path):
 
 def test_sglang_bench_runs(sg, tmp_path, monkeypatch):
     """`feather sglang-bench`, the SGLang counterpart of `feather bench --engine vllm`."""
-    from feather_lab.harness.sglang_pass import main
+    from feather_lab.harness.sglang_bench import main
 
     monkeypatch.setenv("FEATHER_POLICY", "grouped")
     out = tmp_path / "pass.json"
@@ -497,7 +497,7 @@ def test_sglang_bench_runs(sg, tmp_path, monkeypatch):
 def test_sglang_bench_beside_a_running_batch(sg, tmp_path, monkeypatch, capsys):
     """`--running R --policy feather`: both arms form their batch beside R running requests
     (Feather's CHT holds them as running), the record says so; a bad value exits 2 first."""
-    from feather_lab.harness.sglang_pass import main
+    from feather_lab.harness.sglang_bench import main
 
     monkeypatch.setenv("FEATHER_POLICY", "grouped")
     for bad, named in (
@@ -519,7 +519,7 @@ def test_sglang_bench_beside_a_running_batch(sg, tmp_path, monkeypatch, capsys):
     row = record["results"][0]
     assert row["lpm_admitted"] > 0 and row["feather_batch_formation_ms"] > 0
     # the running batch reaches Feather's CHT as running
-    from feather_lab.harness import sglang_pass as H
+    from feather_lab.harness import sglang_bench as H
     from feather_sched.sglang.plugin import queue_for
 
     s = H.Setup(0)

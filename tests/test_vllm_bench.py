@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from feather_lab.bench.report import add_relative
-from feather_lab.harness.vllm_engine import StepProbe
+from feather_lab.harness.vllm_steps import StepProbe
 
 
 class _Scheduler:

@@ -511,7 +511,7 @@ def test_policy_state_is_saved_while_serving_and_at_shutdown(
 
 
 def test_bench_run_once_reports_a_row(feather_llm, feather) -> None:
-    from feather_lab.harness.vllm_engine import run_once
+    from feather_lab.harness.vllm_run import run_once
     from feather_sched.request import Request
 
     rng = np.random.default_rng(8)
@@ -531,7 +531,8 @@ def test_bench_feather_learns_across_runs_with_a_policy_state(
 ) -> None:
     """`feather bench --engine vllm --policy-state FILE`: each feather run starts from the
     table the previous one saved."""
-    from feather_lab.harness.vllm_engine import KvScenario, VllmBenchSpec, run_repetition
+    from feather_lab.harness.vllm_spec import KvScenario, VllmBenchSpec
+    from feather_lab.harness.vllm_suite import run_repetition
     from feather_sched.policies.feather import FeatherPolicy
     from feather_sched.request import Request
 
@@ -565,7 +566,7 @@ def test_bench_feather_learns_across_runs_with_a_policy_state(
 
 
 def test_calibrate_measures_shared_blocks(default_llm) -> None:
-    from feather_lab.harness.vllm_calibrate import measure
+    from feather_lab.harness.vllm_calibrate_samples import measure
     from feather_sched.cost.composition import Composition
 
     samples = measure(default_llm, Composition(4, 2, 2 * BLOCK, 8, 4), TINY_LLAMA.vocab_size, 0)

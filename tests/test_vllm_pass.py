@@ -1,4 +1,4 @@
-"""`feather vllm-bench` (harness/vllm_pass.py) on the real vLLM engine, run tiny: the record's
+"""`feather vllm-bench` (harness/vllm_bench.py) on the real vLLM engine, run tiny: the record's
 structure and every request accounted for (its timings are recorded, never asserted)."""
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ if importlib.util.find_spec("vllm") is not None:  # before torch loads (see test
 
 require("vllm", "vllm", "needs the real vLLM engine: pip install -e '.[vllm]' (see pyproject)")
 
-from feather_lab.harness.vllm_pass import HOOKS, VllmPassSpec, run_vllm_pass  # noqa: E402
+from feather_lab.harness.vllm_bench import run_vllm_pass  # noqa: E402
+from feather_lab.harness.vllm_bench_probe import HOOKS  # noqa: E402
+from feather_lab.harness.vllm_bench_spec import VllmPassSpec  # noqa: E402
 
 N = 50
 SPEC = VllmPassSpec(

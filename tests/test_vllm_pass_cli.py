@@ -41,7 +41,8 @@ class _Tracker:
 def _books(tracked: int | None = None, leftover: dict | None = None, **over) -> dict:
     """`account` on a scheduler that holds `leftover` requests (and, with `tracked`, a
     Feather tracker holding that many) after a run of 3 requests: 1 finished, 2 aborted."""
-    from feather_lab.harness.vllm_pass import VllmPassSpec, account
+    from feather_lab.harness.vllm_bench_run import account
+    from feather_lab.harness.vllm_bench_spec import VllmPassSpec
 
     feather = None if tracked is None else SimpleNamespace(index=_Tracker(tracked))
     sched = SimpleNamespace(requests=leftover or {}, waiting=[], running=[], feather=feather)

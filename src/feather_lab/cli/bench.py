@@ -223,7 +223,7 @@ def _kv_scenarios(num_kv_blocks: int | None) -> tuple[KvScenario, ...] | None:
 def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
     """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
     from feather_lab.bench.output import check_plot_path
-    from feather_lab.harness.vllm_engine import run_vllm_bench
+    from feather_lab.harness.vllm_suite import run_vllm_bench
 
     writable(json=json_out, steps_out=spec.steps_out)
     try:
@@ -242,7 +242,7 @@ def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
 def _bench_sglang(opts: dict[str, Any], json_out: Path, plot: Path) -> None:
     """`feather bench --engine sglang`: SGLang's real scheduler loop (harness/sglang_engine.py)."""
     from feather_lab.bench.output import check_plot_path
-    from feather_lab.harness.sglang_bench import BENCH_NOTE, bench_from_cli
+    from feather_lab.harness.sglang_suite import BENCH_NOTE, bench_from_cli
 
     writable(json=json_out)
     try:
@@ -320,9 +320,9 @@ def sglang_bench_cmd(ctx: typer.Context) -> None:
     --running 0 --max-running 1024 --policy NAME --seed 0 --json FILE (--help for the
     list)."""
     if importlib.util.find_spec("sglang") is None:
-        from feather_lab.harness.sglang_bench import SGLANG_INSTALL
+        from feather_lab.harness.sglang_suite import SGLANG_INSTALL
 
         fail(RuntimeError(f"sglang-bench needs SGLang, not installed here: {SGLANG_INSTALL}"))
-    from feather_lab.harness.sglang_pass import main as sglang_pass
+    from feather_lab.harness.sglang_bench import main as sglang_pass
 
     raise typer.Exit(sglang_pass(list(ctx.args)))

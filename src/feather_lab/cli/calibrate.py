@@ -53,11 +53,8 @@ def calibrate(
     feather_hardware: CalibrateFeatherHardware = None,
 ) -> None:
     """Measure real step times, fit the cost model's hardware parameters, report its error."""
-    from feather_lab.harness.vllm_calibrate import (
-        COMPARE_POLICIES,
-        CalibrateSpec,
-        run_calibration,
-    )
+    from feather_lab.harness.vllm_calibrate import run_calibration
+    from feather_lab.harness.vllm_calibrate_spec import COMPARE_POLICIES, CalibrateSpec
 
     if engine != "vllm":
         raise typer.BadParameter(
@@ -155,7 +152,9 @@ def probe_cmd(
 ) -> None:
     """Time decode steps of random weights on real kernels (no engine), fit the hardware
     profile, report held-out MAPE (feather_lab.probe; benchmarks/gpu/run.sh on a GPU)."""
-    from feather_lab.probe.run import ProbeSpec, run_probe, summary_lines
+    from feather_lab.probe.run import run_probe
+    from feather_lab.probe.spec import ProbeSpec
+    from feather_lab.probe.summary import summary_lines
 
     writable(out=out, json=json_out, plot=plot)
     spec = ProbeSpec(device=device, model=model, quick=quick, base_hardware=base_hardware)

@@ -1,32 +1,12 @@
 """SGLang's real `Scheduler` on CPU, with a stand-in model forward: the harness behind the
 `sglang` scheduler-loop tests and `feather bench --engine sglang`.
 
-What is SGLang's own: everything a server's scheduler process runs. `Scheduler(server_args,
-port_args)` is constructed as `run_scheduler_process` constructs it (plugins loaded first by
-`sglang.srt.plugins.load_plugins`, so `SGLANG_PLUGINS`/`FEATHER_POLICY` decide whether
-Feather is on, exactly as on a server), with its `TpModelWorker`, `ModelRunner`, KV pools,
-radix cache, schedule policy, chunked prefill and retraction; then `run_event_loop()` runs its
-normal event loop until a `ShutdownReq`. Requests go in as `TokenizedGenerateReqInput` over
-the scheduler's own ZMQ input socket and come back as `BatchTokenIDOutput` on the tokenizer's
-socket (`skip_tokenizer_init`, the path SGLang uses when no detokenizer runs); aborts are
-`AbortReq`s and the cache is flushed between runs with `FlushCacheReqInput`, as the HTTP
-server would send them.
-
-What is not SGLang's: the model. The config written at run time names the architecture
-`FeatherStandInForCausalLM`, registered in SGLang's `ModelRegistry` (the registry SGLang's
-external-model packages use) and loaded with `--load-format dummy`, so there is no download and
-no weights. Its forward returns logits that make the next token a deterministic function of
-the last token and its position (never EOS), and, when a step-cost profile is given, sleeps
-for the time the calibrated CPU cost model (`cost/`) gives that batch: its real shape
-(prefill tokens, attention pairs, and the KV slots every sequence reads, read from SGLang's
-`req_to_token` table, so radix-cache sharing is measured, not assumed). Pricing a batch is
-part of its step (the forward sleeps that much less); everything else in a step's time
-(batch building, radix matching, the plugin) is real CPU time, and the loop's counters split
-the scheduler thread's CPU clock into the stand-in's, the pricing's and the rest.
-
-One `Scheduler` per process (SGLang builds its parallel groups once per process:
-`init_parallel_runtime() ran twice in this process`), so each `serve()` runs in a fresh
-spawned child, as a server's scheduler process is.
+SGLang's own: everything a server's scheduler process runs, constructed as
+`run_scheduler_process` does (plugins first, so `SGLANG_PLUGINS`/`FEATHER_POLICY` decide
+whether Feather is on), fed over its own ZMQ sockets. Not SGLang's: the model, a registered
+stand-in (`FeatherStandInForCausalLM`, dummy weights) whose forward sleeps what the calibrated
+CPU cost model gives the batch's real shape. One `Scheduler` per process (SGLang builds its
+parallel groups once per process), so each `serve()` runs in a fresh spawned child.
 """
 
 from __future__ import annotations

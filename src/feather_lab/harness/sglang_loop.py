@@ -4,7 +4,7 @@ The SGLang adapter's tests and `benchmarks/sglang_pass_standalone.py` drive admi
 through this, so both follow the same shape of `Scheduler._get_new_batch_prefill_raw`
 (python/sglang/srt/managers/scheduler.py: `for req in self.waiting_queue`, `add_one_req`,
 break on the first result that is not CONTINUE) over stand-in requests. The real loop, with
-SGLang's own classes, is in tests/test_sglang_integration.py and harness/sglang_pass.py.
+SGLang's own classes, is in tests/test_sglang_integration.py and harness/sglang_bench.py.
 """
 
 from __future__ import annotations

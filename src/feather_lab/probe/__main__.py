@@ -8,7 +8,9 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from feather_lab.probe.run import ProbeSpec, run_probe, summary_lines
+from feather_lab.probe.run import run_probe
+from feather_lab.probe.spec import ProbeSpec
+from feather_lab.probe.summary import summary_lines
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,15 +1,10 @@
 """A random-weight decoder of a model profile's shapes, and its decode step.
 
-Per layer: RMSNorm, the fused qkv projection, this step's K/V written into the paged cache
-(vLLM's reshape_and_cache), paged attention, the output projection, RMSNorm, the fused
-gate/up projection, SiLU-and-multiply, the down projection; then the final norm and the LM
-head. Rotary embedding is left out (a few element-wise ops on [batch, heads, dim]); biases too.
-Every layer has its own weights, so each step streams all of them, as a real step does.
-
-KV pools: layers cycle over `kv_pools` physical KV caches (as many as memory allows, up to one
-per layer). Between two layers that share a pool, at least one layer's weights stream through
-the last-level cache (for Llama-3-8B, 436 MiB against a 50 MiB L2), so the pool's blocks are
-cold again, as distinct per-layer caches would be; the pool count is recorded.
+A Llama layer's matrix products and paged attention (rotary embedding and biases left out),
+each layer with its own weights, so each step streams all of them as a real step does. Layers
+cycle over `kv_pools` physical KV caches (as many as memory allows): between two layers that
+share a pool, a layer's weights stream through the last-level cache, so the pool's blocks are
+cold again, as distinct per-layer caches would be.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """A plain paged decode attention kernel in Triton.
 
-The access pattern of vLLM's plain paged kernels (paged_attention v2 / the Triton decode
-kernels): one program per (request, KV head, split of PARTITION_TOKENS context tokens); each
-program walks that request's blocks of its split through the block table and reads them from
-HBM. Nothing is deduplicated across requests: a prefix block shared by 100 requests is read by
-100 programs, and only the GPU's L2 can turn the repeats into hits. That is the effect the
-probe measures. The query heads of one KV head (GQA group) are processed together, padded to
-16 rows for `tl.dot`. Online softmax per split; the splits are merged in torch
-(flash-decoding's reduction), skipped when one split covers every request.
-
+vLLM's plain paged access pattern: one program per (request, KV head, split of
+PARTITION_TOKENS), walking its blocks through the block table. Nothing is deduplicated across
+requests: a shared prefix block is read by every program that needs it, and only the GPU's L2
+turns the repeats into hits (the effect the probe measures). A GQA group's query heads go
+together, padded to 16 rows for `tl.dot`; online softmax per split, splits merged in torch.
 Runs under TRITON_INTERPRET=1 on CPU tensors (the CI test against the reference).
 """
 

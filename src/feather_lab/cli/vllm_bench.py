@@ -1,5 +1,5 @@
 """`feather vllm-bench`: the CPU of one vLLM `schedule()` with vLLM's own scheduler and with
-Feather's, at long waiting queues (harness/vllm_pass.py)."""
+Feather's, at long waiting queues (harness/vllm_bench.py)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,8 @@ def vllm_bench_cmd(
 ) -> None:
     """CPU of vLLM's schedule() with its own scheduler vs Feather's (needs the 'vllm' extra),
     at long waiting queues: Feather's part measured directly and as the difference."""
-    from feather_lab.harness.vllm_pass import VllmPassSpec, run_vllm_pass
+    from feather_lab.harness.vllm_bench import run_vllm_pass
+    from feather_lab.harness.vllm_bench_spec import VllmPassSpec
 
     opts = dict(locals())
     writable(json=json_out)
