@@ -6,7 +6,7 @@ then reports: a table on the console and, for benchmarks, a JSON record
 a message on stderr, as the option parser's own errors do.
 
 One module per command (`records`, `bench`, `calibrate`, `index_bench`, `train`, `trace`,
-`replay`, `vllm_bench`) over `common` (the app, its consoles, the failure rule, parsing
+`replay`, `vllm_bench`, `model`) over `common` (the app, its consoles, the failure rule, parsing
 helpers) and `options` (every option, declared once); importing this package registers them
 all, in the order `feather --help` lists them.
 """

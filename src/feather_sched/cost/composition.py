@@ -3,8 +3,8 @@
 `batch` requests over `prefixes` distinct prefixes of `prefix_len` tokens, each with
 `suffix_len` tokens of its own. `feather probe` times kernels on it without an engine
 (probe/layout.py lays it out as vLLM's paged KV); `feather calibrate` runs it through a real
-engine (harness: harness/vllm_calibrate.py), with decode steps, late arrivals (mixed steps) and
-the batch order on top. One class, so a grid point means the same batch in both.
+engine, with decode steps, late arrivals (mixed steps) and the batch order on top.
+One class, so a grid point means the same batch in both.
 """
 
 from __future__ import annotations
