@@ -11,7 +11,6 @@ the slot the `for` loop reads next (a list iterator reads by index, so it sees t
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -57,22 +56,9 @@ class _Pass:
 class SGLangQueue(SGLangView):
     """The admission dialogue with SGLang's adder, over the view the policy reads."""
 
-    def __init__(
-        self,
-        policy: Policy,
-        *,
-        chunk_tokens: int = 64,
-        block_size: int = 1,
-        tree_cache: Any = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__(
-            policy,
-            chunk_tokens=chunk_tokens,
-            block_size=block_size,
-            tree_cache=tree_cache,
-            clock=clock,
-        )
+    def __init__(self, policy: Policy, **view_options: Any) -> None:
+        """`view_options`: `SGLangView`'s (chunk_tokens, block_size, tree_cache, clock)."""
+        super().__init__(policy, **view_options)
         self.deferral = InFlightPrefixes(self.index, self.block_size)
         self.timer: Callable[[], float] | None = None
         """Clock of `stats.ordering_s`, kept only when set (a benchmark sets
