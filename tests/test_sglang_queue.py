@@ -438,7 +438,7 @@ def test_a_plain_pass_reads_only_the_appended_tail(policy):
         running += admitted
     q.sync(waiting, running)
     q.check(waiting, running)
-    assert (q.snapshot.full, q.snapshot.fast) == (1, 3)
+    assert (q.lists.snapshot.full, q.lists.snapshot.fast) == (1, 3)
 
 
 def test_a_tail_holding_a_waiting_request_is_diffed_in_full_and_counted_so():
@@ -448,7 +448,7 @@ def test_a_tail_holding_a_waiting_request_is_diffed_in_full_and_counted_so():
     waiting = interleaved(2)
     q.sync(waiting, [])
     q.sync([*waiting, waiting[0]], [])
-    assert (q.snapshot.full, q.snapshot.fast) == (2, 0)
+    assert (q.lists.snapshot.full, q.lists.snapshot.fast) == (2, 0)
     q.check(waiting, [])
 
 

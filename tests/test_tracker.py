@@ -205,7 +205,7 @@ def test_request_view_is_the_eager_request(tokens, max_tokens, arrival, engine) 
     from feather_lab.harness.sglang_loop import StandInReq
     from feather_sched.host.tracker import RequestView
     from feather_sched.request import Request
-    from feather_sched.sglang.queue import SGLANG_FIELDS
+    from feather_sched.sglang.fields import SGLANG_FIELDS
 
     if engine == "vllm":
         r = FakeRequest("r", tokens, max_tokens, arrival)  # type: ignore[arg-type]

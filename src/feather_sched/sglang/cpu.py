@@ -1,13 +1,10 @@
 """Import SGLang's scheduler modules next to a CPU-only torch (tests and benchmarks only).
 
-Why this exists: SGLang 0.5.x imports torchvision at import time (sglang/srt/configs/__init__.py
--> nano_nemotron_vl.py -> multimodal/internvl_utils.py), and PyPI's torchvision wheels are CUDA
-builds. Next to the CPU torch their op library (`torchvision/_C.so`) does not load, and
-torchvision/_meta_registrations.py then fails at import on `register_fake("torchvision::nms")`:
-"operator torchvision::nms does not exist". Declaring the schemas of the ops it registers fakes
-for unconditionally (nms, qnms in torchvision 0.28) lets its pure-Python parts import; no
-torchvision op is ever run by the scheduler code. Where the op library loads (a GPU install, or
-a CPU build of torchvision) this does nothing.
+SGLang 0.5.x imports torchvision at import time, and PyPI's torchvision wheels are CUDA builds:
+next to the CPU torch their op library (`torchvision/_C.so`) does not load and
+torchvision/_meta_registrations.py fails on `register_fake("torchvision::nms")`. Declaring the
+schemas of the ops it registers fakes for (nms, qnms in torchvision 0.28) lets its pure-Python
+parts import; the scheduler code runs no torchvision op. Where the op library loads, a no-op.
 """
 
 from __future__ import annotations

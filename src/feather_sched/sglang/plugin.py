@@ -1,43 +1,11 @@
 """Feather as an SGLang plugin: CHT ordering and ADD/STOP inside SGLang's own scheduler.
 
-SGLang loads every function registered under the entry point group `sglang.srt.plugins` in
-each of its processes (`sglang.srt.plugins.load_plugins`, called by the launcher,
-`Engine.__init__` and `run_scheduler_process`); `SGLANG_PLUGINS`, when set, is a
-comma-separated whitelist of plugin names. Feather's entry point is `feather` -> `register()`,
-which patches four methods through SGLang's `HookRegistry` (sglang/srt/plugins/hook_registry.py).
-Tested with SGLang 0.5.23; supported: the range in host/versions.py (from 0.5.22, where
-`Scheduler.get_prefill_adder_class` appears); `register` refuses any other version.
-
-- `SchedulePolicy.__init__`, AFTER: build the policy and the CHT with the scheduler, so a bad
-  config fails at startup.
-
-- `SchedulePolicy.calc_priority` (srt/managers/schedule_policy.py), AROUND: instead of the
-  radix-tree walk, sync the CHT with the waiting list and put the Feather policy's first
-  candidate at its head (`SGLangQueue.begin_pass`).
-- `Scheduler.get_prefill_adder_class` (srt/managers/scheduler.py, the documented override
-  point for the adder), AROUND: a subclass of whatever adder class SGLang (or another plugin)
-  returns, whose `add_one_req` asks the policy ADD/STOP before SGLang's own memory checks and
-  lines up the next candidate after each admission. STOP returns `AddReqResult.OTHER`, the
-  result SGLang's adder itself returns when `prefill_max_requests` is reached. The hook also
-  reads the scheduler's batch limits into the policy's view (`prefill_budget`).
-- `Scheduler.get_next_batch_to_run`, AROUND: one call per event-loop iteration; the time
-  from one iteration's batch pick to the next iteration's start is the step time fed back to
-  the policy (`Policy.end_step`), before the new iteration admits anything. An iteration
-  with no batch also syncs the CHT (`SGLangQueue.on_idle`), so requests that finished after
-  the last admission pass leave it when the server goes idle, not at the next arrival.
-
-Config: `feather_sched.settings`, read in each process (the same variables as the vLLM
-scheduler). Feather is on when `SGLANG_PLUGINS` names `feather` or `FEATHER_POLICY` is set
-(installed is not enabled: SGLang loads every installed plugin); `FEATHER_POLICY` picks the
-policy (default `feather`; `off` turns Feather off), `FEATHER_POLICY_OPTIONS` its options,
-`FEATHER_CHUNK_TOKENS` the CHT chunk (default 64; shared prefixes shorter than one chunk are
-not grouped, and every admission updates one CHT key per chunk, see benchmarks/sglang.md),
-`FEATHER_POLICY_STATE` a file the learned state is loaded from at start and saved to every
-`FEATHER_POLICY_STATE_EVERY_S` seconds of serving and at exit.
-
-Off (or not loaded), no hook is registered and SGLang runs exactly as shipped. With the hooks
-applied, a `SchedulePolicy` built while Feather is off, or with priority scheduling on (which
-Feather does not model), runs SGLang's code unchanged.
+SGLang loads every function registered under the entry point group `sglang.srt.plugins`
+(`SGLANG_PLUGINS`, when set, whitelists them by name); Feather's is `feather` -> `register()`,
+which patches four methods (`HOOK_TARGETS`) through SGLang's `HookRegistry`. Supported
+releases: host/versions.py (from 0.5.22, where `Scheduler.get_prefill_adder_class` appears).
+Feather is on when `SGLANG_PLUGINS` names it or `FEATHER_POLICY` is set (config:
+`feather_sched.settings`); off, no hook is registered and SGLang runs exactly as shipped.
 """
 
 from __future__ import annotations
@@ -158,6 +126,8 @@ def _around_calc_priority(
     *args: Any,
     **kwargs: Any,
 ) -> Any:
+    """Instead of SGLang's ordering: sync the CHT with the lists and put the policy's first
+    candidate at the list head (`SGLangQueue.begin_pass`)."""
     queue = queue_for(schedule_policy)
     if queue is None:
         return original(schedule_policy, waiting_queue, running_batch, *args, **kwargs)
@@ -179,6 +149,8 @@ def _touch_waiting_prefixes(schedule_policy: Any, waiting_queue: list) -> None:
 
 
 def _around_prefill_adder_class(original: Any, scheduler: Any, *args: Any, **kwargs: Any) -> Any:
+    """Feather's adder on top of whatever class SGLang (or another plugin) returns, and the
+    scheduler's batch limits read into the policy's view."""
     base = original(scheduler, *args, **kwargs)
     queue = queue_for(getattr(scheduler, "policy", None))
     if queue is None:
@@ -202,6 +174,9 @@ def prefill_budget(scheduler: Any) -> int | None:
 
 
 def around_next_batch(original: Any, scheduler: Any, *args: Any, **kwargs: Any) -> Any:
+    """One call per event-loop iteration: the previous step's time goes to the policy before
+    this iteration admits anything; an iteration with no batch syncs the CHT, so requests
+    that finished leave it when the server goes idle, not at the next arrival."""
     queue = queue_for(getattr(scheduler, "policy", None))
     if queue is not None:
         queue.end_previous_step()  # before this iteration's admissions (see the method)
@@ -229,6 +204,7 @@ class FeatherAdderMixin:
 
     SGLang's adder still decides whether a request fits (token budget, KV pool, slots): the
     policy only gets to say STOP before it is asked, and picks which request is offered next.
+    STOP returns `AddReqResult.OTHER`, what SGLang's adder returns at `prefill_max_requests`.
     """
 
     _feather_queue: SGLangQueue

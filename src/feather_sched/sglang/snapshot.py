@@ -1,14 +1,11 @@
 """What SGLang did to its lists since Feather last looked, without reading every entry.
 
-Between two admission passes SGLang changes its waiting list in two usual ways
-(python/sglang/srt/managers/scheduler.py, 0.5.x): the requests the last pass admitted leave
-(`self.waiting_queue = [x for x in self.waiting_queue if x not in can_run_set]`), and new
-or retracted requests are appended (`_add_request_to_queue`, `waiting_queue.extend`). Feather's
-admissions were its candidates, which it had moved to the head of the list in the order it
-admitted them. So the list the next pass sees is, in the usual case, the last pass's list
-without its first k entries, plus a tail. One comparison by identity (C speed, a few ns an
-entry) confirms it, and only the tail needs Python work; anything else (an abort, a re-sort,
-a skipped request) fails the comparison and the caller diffs the whole list by request id.
+Between two passes SGLang drops the admitted from its waiting list (`[x for x in
+waiting_queue if x not in can_run_set]`) and appends new or retracted requests. Feather moved
+its admissions to the list head, so the next list is usually the last one without its first
+k entries, plus a tail: one comparison by identity confirms it and only the tail needs Python
+work. Anything else (an abort, a re-sort, a skipped request) fails the comparison and the
+caller diffs the whole list by request id.
 """
 
 from __future__ import annotations
@@ -23,11 +20,9 @@ def move(entries: list, j: int, slot: int) -> None:
     """Move entry `j` to position `slot` (<= j), shifting the ones between by one.
 
     Two ways, the cheaper for the distance: a slice assignment of equal length touches only
-    the j - slot + 1 references between, but each with its reference count (~4 ns an entry
-    on the dev VM); pop(j) then insert(slot) shift the tails behind j and slot with a plain
-    memmove (~0.25 ns an entry) whatever the distance. At 10,000 waiting a move across
-    5,000 entries costs ~22 us the first way and ~5 us the second; across 50, 0.4 us
-    against 5 (benchmarks/sglang.md)."""
+    the j - slot + 1 references between, each with its reference count; pop(j) then
+    insert(slot) shift the tails behind j and slot with a plain memmove, about 16 times
+    cheaper an entry, whatever the distance."""
     if (j - slot) * 16 < 2 * len(entries) - j - slot:
         entries[slot : j + 1] = [entries[j], *entries[slot:j]]
     else:
@@ -42,8 +37,7 @@ class ListSnapshot:
     work on the entries that changed, not on the whole list: the copy is edited into what
     SGLang's list should now be (the admitted taken out, the tail appended), compared by
     identity (a pointer compare an entry), and kept as the next copy. Slicing or copying the
-    whole list would touch every request's reference count: at 10,000 waiting that was ~0.26
-    ms a pass on the dev VM (benchmarks/sglang.md). SGLang's own lists are only read.
+    whole list would touch every request's reference count. SGLang's own lists are only read.
     """
 
     __slots__ = ("_admitted", "_copy", "_equal", "_moves", "fast", "full")
@@ -129,10 +123,8 @@ class RunningObjects:
 
     SGLang's running batch is compared with it as a set of objects (hashed by identity, as
     SGLang's own sets of requests are), so a pass whose batch is the one Feather left costs
-    one C-speed superset test, and a rid is read only off the objects that changed. Reading
-    every running request's rid cost ~0.05 ms a pass at 224 running in SGLang's formation, on
-    the caches its own work had just swept (benchmarks/sglang.md, "The feather policy's pass
-    trimmed"). Each recorded object is referenced here, so its identity stays its own.
+    one C-speed superset test, and a rid is read only off the objects that changed. Each
+    recorded object is referenced here, so its identity stays its own.
     """
 
     __slots__ = ("_key", "_objs")
@@ -183,8 +175,8 @@ class RunningObjects:
 class WaitingFigures:
     """Figures of each request Feather holds waiting, keyed by the engine's object (hashed by
     identity, as in `RunningObjects`), one dict a figure: a pass reads them for a run of
-    SGLang's list at C speed (`map` over a dict's `__getitem__`), where a Python call a
-    request costs ~1-2 us on the caches SGLang's own work sweeps. `order` is what the
+    SGLang's list at C speed (`map` over a dict's `__getitem__`), with no Python call a
+    request. `order` is what the
     binary search for a candidate's list position reads (`RequestTracker.order`); `output`
     and `levels` (output tokens, CHT chain levels) are what the grouping judge's wave sums.
     One object a rid: a request that waits again under a new object (SGLang may copy it)
