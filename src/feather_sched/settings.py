@@ -15,7 +15,7 @@ startup with the variable's name, before any request is served:
 Why 64 tokens: a shared prefix shorter than one chunk is not grouped, and an arrival hashes
 (or copies) one digest per chunk, so a coarser chunk is cheaper to insert; admissions, finishes
 and the scheduler's queries no longer depend on it (they touch one CHT node per divergence
-point of a prompt, not one key per chunk: benchmarks/index.md). 64 is the chunk every
+point of a prompt, not one key per chunk: benchmarks/cht/README.md). 64 is the chunk every
 simulator result in benchmarks/ was measured with. vLLM's chunk is a whole
 number of its KV blocks (the CHT reuses vLLM's block hashes instead of hashing the prompt).
 """

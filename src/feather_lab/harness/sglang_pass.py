@@ -4,7 +4,7 @@ The SGLang counterpart of `feather bench --engine vllm` (harness/vllm_engine.py)
 SGLang model or server runs on a CPU, so what is measured is the scheduling pass in SGLang's
 real classes. Run in the SGLang venv (see the 'sglang' extra in pyproject.toml):
 
-    .venv-sglang/bin/feather sglang-bench --json benchmarks/sglang.json
+    .venv-sglang/bin/feather sglang-bench --json benchmarks/sglang/sglang.json
 
 Workload: N waiting requests of 2,000 tokens, each one of 100 shared 1,500-token prefixes plus
 a private 500-token suffix (prefix drawn at random per request); SGLang's `RadixCache` holds
@@ -328,7 +328,7 @@ def _formation_policy(
     prompt hashed), and lpm's arm fills one it then drops. That work sweeps the CPU caches,
     so done for Feather's arm alone it would leave only Feather's formation running on
     colder caches: measured, lpm's formation costs 0.07 ms more after it at 1,000 waiting
-    and 0.16 ms at 10,000 (benchmarks/sglang-formation-ab-levelled.json)."""
+    and 0.16 ms at 10,000 (benchmarks/sglang/formation-ab-levelled.json)."""
     from feather_sched.sglang.plugin import queue_for
 
     queue = list(reqs)
@@ -349,7 +349,7 @@ def common_pass(policy: Any, refresh: bool = False) -> Any:
     without the LRU refresh of the first 128 waiting prefixes, which SGLang's fcfs-family
     passes run every 32nd call (`_touch_waiting_prefixes`, WAITING_PREFIX_REFRESH_INTERVAL)
     and Feather's as well. A fresh policy's first pass refreshes: 1.7 ms of a 2.8 ms
-    formation at 1,000 waiting (benchmarks/sglang-formation-ab-touch.json), which put
+    formation at 1,000 waiting (benchmarks/sglang/formation-ab-touch.json), which put
     ~0.1 ms a request on SGLang's adder where the CPU model divides the formation by the
     admitted. Its amortized cost is in `calc_priority`'s mean over `--passes` calls.
     `refresh`: set to run the every-32nd pass, the one that refreshes."""

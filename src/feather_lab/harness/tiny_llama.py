@@ -9,7 +9,7 @@ tokenizer is a word-level vocabulary ("t0" .. "t{n-1}") built with `tokenizers`,
 - `kv-bound`: 4 KiB of KV per token per layer (8 KV heads x 64 x float32), so a 2,000-token
   prefix is 8 MiB per layer and a few distinct prefixes overflow a CPU's last-level cache:
   decode steps are dominated by KV reads, and a prefix-homogeneous batch decodes faster than
-  a mixed one on vLLM's own CPU attention kernel (the paper's effect; benchmarks/vllm-kv-bound.md).
+  a mixed one on vLLM's own CPU attention kernel (the paper's effect; benchmarks/vllm/kv-bound.md).
 Needs torch, transformers and tokenizers (all installed with the `vllm` extra).
 """
 

@@ -38,7 +38,7 @@ class ServerSpec:
     """Feather's scheduler (its policy from FEATHER_POLICY, default `feather`)."""
     scheduler_cls: str | None = None
     """`--scheduler-cls` in place of the one `feather` picks (Feather's, or vLLM's own): a
-    subclass for a diagnosis (benchmarks/replay_steps.py), importable in the server's
+    subclass for a diagnosis (benchmarks/replay/replay_steps.py), importable in the server's
     environment."""
     max_model_len: int = 1024
     block_size: int = BLOCK_SIZE
@@ -57,7 +57,7 @@ class ServerSpec:
     VLLM_ENABLE_V1_MULTIPROCESSING=0), as the in-process bench does. By default vLLM's CPU
     platform moves it to a worker process of its own below the engine core, and the two
     busy-wait on each other's shared-memory queue (on 2 vCPUs they kept 1.7 busy where the
-    in-process engine keeps one: benchmarks/replay.md). The API server stays a process of its
+    in-process engine keeps one: benchmarks/replay/README.md). The API server stays a process of its
     own either way (`vllm serve` always starts the engine core apart)."""
 
     def environment(self) -> dict[str, str]:
@@ -210,7 +210,7 @@ def process_levels(pid: int, table: dict[int, tuple[int, float]] | None = None) 
 def pin_server(pid: int, engine_cpus: set[int], api_cpus: set[int]) -> None:
     """Bind every thread of a server's engine core (and anything below it) to `engine_cpus`
     and the API server's threads to `api_cpus` (Linux), so the scheduler's loop keeps a core
-    of its own (benchmarks/replay.md, "paper-32g on the server, step by step")."""
+    of its own (benchmarks/replay/README.md, "paper-32g on the server, step by step")."""
     levels = process_levels(pid)
     for depth, level in enumerate(levels):
         for proc in level:

@@ -31,7 +31,7 @@ scheduler). Feather is on when `SGLANG_PLUGINS` names `feather` or `FEATHER_POLI
 (installed is not enabled: SGLang loads every installed plugin); `FEATHER_POLICY` picks the
 policy (default `feather`; `off` turns Feather off), `FEATHER_POLICY_OPTIONS` its options,
 `FEATHER_CHUNK_TOKENS` the CHT chunk (default 64; shared prefixes shorter than one chunk are
-not grouped, and every admission updates one CHT key per chunk, see benchmarks/sglang.md),
+not grouped, and every admission updates one CHT key per chunk, see benchmarks/sglang/pass.md),
 `FEATHER_POLICY_STATE` a file the learned state is loaded from at start and saved to every
 `FEATHER_POLICY_STATE_EVERY_S` seconds of serving and at exit.
 

@@ -469,7 +469,7 @@ class SGLangQueue(Hosted):
         the same reason (`SchedulePolicy`'s in-batch prefix caching, which moves them to
         the end of its order). Read off `req.prefix_len`, the radix match SGLang made just
         before offering it (`Req.init_next_round_input`), which never covers a prompt's last
-        token. Measured: benchmarks/sglang-loop.md."""
+        token. Measured: benchmarks/sglang/loop.md."""
         cached = getattr(req, "prefix_len", None)
         if cached is None or not self._radix_on:
             return False

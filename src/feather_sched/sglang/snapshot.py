@@ -27,7 +27,7 @@ def move(entries: list, j: int, slot: int) -> None:
     on the dev VM); pop(j) then insert(slot) shift the tails behind j and slot with a plain
     memmove (~0.25 ns an entry) whatever the distance. At 10,000 waiting a move across
     5,000 entries costs ~22 us the first way and ~5 us the second; across 50, 0.4 us
-    against 5 (benchmarks/sglang.md)."""
+    against 5 (benchmarks/sglang/pass.md)."""
     if (j - slot) * 16 < 2 * len(entries) - j - slot:
         entries[slot : j + 1] = [entries[j], *entries[slot:j]]
     else:
@@ -43,7 +43,7 @@ class ListSnapshot:
     SGLang's list should now be (the admitted taken out, the tail appended), compared by
     identity (a pointer compare an entry), and kept as the next copy. Slicing or copying the
     whole list would touch every request's reference count: at 10,000 waiting that was ~0.26
-    ms a pass on the dev VM (benchmarks/sglang.md). SGLang's own lists are only read.
+    ms a pass on the dev VM (benchmarks/sglang/pass.md). SGLang's own lists are only read.
     """
 
     __slots__ = ("_admitted", "_copy", "_equal", "_moves", "fast", "full")
@@ -131,7 +131,7 @@ class RunningObjects:
     SGLang's own sets of requests are), so a pass whose batch is the one Feather left costs
     one C-speed superset test, and a rid is read only off the objects that changed. Reading
     every running request's rid cost ~0.05 ms a pass at 224 running in SGLang's formation, on
-    the caches its own work had just swept (benchmarks/sglang.md, "The feather policy's pass
+    the caches its own work had just swept (benchmarks/sglang/pass.md, "The feather policy's pass
     trimmed"). Each recorded object is referenced here, so its identity stays its own.
     """
 
