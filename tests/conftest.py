@@ -48,3 +48,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     variables = ", ".join(f"{REQUIRE_VARS[m]}=1" for m in markers)
     report.outcome = "failed"
     report.longrepr = f"skipped where {variables} requires it to run: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """A module skipped whole at import (a module-level `importorskip`) never reaches the
+    per-test hook above; when the module carries a required marker, its skip fails too."""
+    outcome = yield
+    report = outcome.get_result()
+    path = getattr(collector, "path", None)
+    if not report.skipped or path is None or path.suffix != ".py":
+        return
+    text = path.read_text(encoding="utf-8")
+    markers = [m for m in REQUIRE_VARS if f"pytest.mark.{m}" in text and required(m)]
+    if markers:
+        variables = ", ".join(f"{REQUIRE_VARS[m]}=1" for m in markers)
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{path.name} skipped whole where {variables} requires it: {report.longrepr}"
+        )

@@ -131,7 +131,7 @@ def test_bench_record_echoes_the_options_as_given(tmp_path: Path) -> None:
     result = runner.invoke(app, [*args, str(out), "--plot", str(tmp_path / "o.png")])
     assert result.exit_code == 0, result.output
     payload = json.loads(out.read_text())
-    assert list(payload) == ["machine", "config", "rows"]
+    assert list(payload) == ["machine", "provenance", "config", "rows"]
     config = payload["config"]
     assert config["feather_version"] and "git_commit" in config
     expected = {

@@ -162,7 +162,8 @@ def test_write_record_puts_the_machine_first_and_paths_as_text(tmp_path: Path) -
     write_record(out, config={"state": tmp_path / "s.json"}, rows=[{"a": 1}])
     text = out.read_text()
     payload = json.loads(text)
-    assert list(payload) == ["machine", "config", "rows"] and text.endswith("}\n")
+    assert list(payload) == ["machine", "provenance", "config", "rows"] and text.endswith("}\n")
+    assert set(payload["provenance"]) == {"command", "commit", "date"}
     assert payload["config"]["state"] == str(tmp_path / "s.json")
     with pytest.raises(TypeError, match="object is not JSON serializable"):
         write_json(tmp_path / "bad.json", {"x": object()})  # only paths are converted
@@ -209,7 +210,7 @@ def test_calibrate_prints_the_fit_and_records_the_report(tmp_path: Path, monkeyp
     assert "fitted: step_overhead_s=0.001" in result.output and "peak_flops" not in result.output
     assert "model on real steps" in result.output and "1.05" in result.output
     payload = json.loads(record.read_text())
-    assert list(payload) == ["machine", *_calibration_report()]
+    assert list(payload) == ["machine", "provenance", *_calibration_report()]
     (spec,) = specs
     assert spec.bench.policies == COMPARE_POLICIES and spec.bench.repeats == 1
     assert spec.passes == 5 and spec.bench_rows == [{"workload": "w", "policy": "vllm"}]

@@ -69,7 +69,7 @@ def test_a_request_costs_less_beside_its_group_than_beside_another():
 
 def test_priced_spills_keep_few_long_groups_whole():
     """5 groups of 10,000-token prefixes on 8 replicas: a load bound alone split them into
-    pieces that paired up (0.62x Ray's prefix router, benchmarks/cluster.md)."""
+    pieces that paired up (0.62x Ray's prefix router, benchmarks/cluster/cluster.md)."""
     spec = ClusterBenchSpec(
         base=BenchSpec(workloads=("long-prefix",)),
         replicas=8,
@@ -162,7 +162,7 @@ def test_a_hot_group_stays_whole_where_it_keeps_up():
     ],
 )
 def test_rows_that_lost_to_a_ray_router_on_other_seeds(workload, replicas, seed, baseline, why):
-    """Rows of benchmarks/cluster_grid.py where an earlier rule lost to a Ray router."""
+    """Rows of benchmarks/cluster/cluster_grid.py where an earlier rule lost to a Ray router."""
     spec = ClusterBenchSpec(
         # the grid was recorded on the free-L2 H100 (the default before the measured H200)
         base=BenchSpec(workloads=(workload,), seed=seed, hardware="h100-free-l2"),

@@ -145,7 +145,7 @@ def test_inside_the_tail_bar_a_burst_that_outgrows_the_cache_preempts() -> None:
     1,024. Every hold bound that keeps TTFT p99 within 1.5x FCFS's starts everyone before
     anyone finishes, so the engine preempts; the rows that never preempt (the unbounded gate,
     the authors' two policies) all start their last group past that bar
-    (benchmarks/paper-policies.md, "Why the default cannot have both on this row")."""
+    (benchmarks/paper-policies/README.md, "Why the default cannot have both on this row")."""
     bar = 1.5 * _kv_pressure(make_policy("fcfs")).summary()["ttft_p99_s"]
     for hold in (0, 2, 4):
         bounded = _kv_pressure(make_policy("feather", max_hold_steps=hold)).summary()

@@ -276,7 +276,8 @@ def test_a_host_without_a_token_budget_keeps_grouped_order() -> None:
 
 
 def test_shared_prefix_on_the_measured_profile_is_no_longer_a_loss() -> None:
-    """benchmarks/sim.md: grouped order runs SGLang's shared-prefix shape (64 x 16, 2,048-token
+    """benchmarks/sim/README.md: grouped order runs SGLang's shared-prefix shape (64 x 16,
+    2,048-token
     prompts) at 0.987x FCFS on the measured H200 (prefills bunched into compute-bound steps);
     Feather takes the engine's order where grouping cannot pay."""
     reqs = SharedPrefixWorkload().generate(0)

@@ -409,7 +409,7 @@ def test_server_layout_is_set_not_inherited(monkeypatch) -> None:
 
 def test_server_scheduler_class_is_feathers_vllms_or_the_one_named() -> None:
     """`--scheduler-cls`: none for vLLM's own, Feather's for `feather`, and a named subclass
-    (benchmarks/replay_steps.py's logging schedulers) in place of either."""
+    (benchmarks/replay/replay_steps.py's logging schedulers) in place of either."""
     from feather_lab.harness.vllm_server import FEATHER_SCHEDULER, ServerSpec
 
     def cls(spec: ServerSpec) -> str | None:

@@ -9,6 +9,8 @@ import warnings
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.rl
+
 gym = pytest.importorskip("gymnasium", reason="FeatherEnv needs gymnasium (dev/rl extra)")
 
 from gymnasium.utils.env_checker import check_env  # noqa: E402

@@ -186,9 +186,9 @@ def test_on_a_tiny_run_sync_adds_the_cpu_and_async_hides_it_under_the_step() -> 
 
 
 def test_off_reproduces_the_recorded_behaviour_check() -> None:
-    """A few cells of benchmarks/sim_check.py, off, against its record (the whole check:
-    `python benchmarks/sim_check.py OUT --against benchmarks/sim-check.json`)."""
-    before = json.loads((ROOT / "benchmarks/sim-check.json").read_text())["runs"]
+    """A few cells of benchmarks/sim/sim_check.py, off, against its record (the whole check:
+    `python benchmarks/sim/sim_check.py OUT --against benchmarks/sim/check.json`)."""
+    before = json.loads((ROOT / "benchmarks/sim/check.json").read_text())["runs"]
     cost = StepCostModel("h100", "llama-3.1-8b")
     for workload, kv, policy in (("tree", 3000, "dfs-weight"), ("paper-5g", None, "feather")):
         options = {"hardware": "h100", "model": "llama-3.1-8b"} if policy == "feather" else {}

@@ -205,7 +205,7 @@ def test_raising_policy_lets_sglang_carry_on(served):
 def test_grouped_order_reaches_sglang_batches(served):
     """SGLang's own `for req in waiting_queue` loop offered exactly the candidate Feather put
     next, every pass (no hand-over to SGLang's order), and its adder admitted them. (Whether
-    the order pays is the bench's question: benchmarks/sglang-loop.md.)"""
+    the order pays is the bench's question: benchmarks/sglang/loop.md.)"""
     stats = served("grouped")["feather"]["stats"]
     assert stats["policy_steps"] > 0 and stats["admitted"] > 0
     assert stats["handovers"] == 0 and stats["policy_errors"] == 0
@@ -249,7 +249,7 @@ def test_feather_bench_engine_sglang(tmp_path):
     record = json.loads(out.read_text())
     assert record["config"]["engine"] == "sglang" and record["config"]["note"]
     # the calibrated profile is named from the checkout, never by this machine's path
-    assert record["config"]["step_cost"]["hardware"] == "benchmarks/cpu-vllm-fitted.json"
+    assert record["config"]["step_cost"]["hardware"] == "benchmarks/vllm/cpu-vllm-fitted.json"
     rows = {r["policy"]: r for r in record["rows"]}
     assert set(rows) == {"fcfs", "grouped"}
     for r in rows.values():

@@ -45,7 +45,7 @@ DEFAULT_POLICIES = [
 ]
 BASELINE = "fcfs"
 DEFAULT_HARDWARE = "h200"
-"""The measured profile (benchmarks/gpu.md): the main job stands on measured ground."""
+"""The measured profile (benchmarks/gpu/README.md): the main job stands on measured ground."""
 BOUNDS = frozenset({"oracle", "max-homogeneous"})
 """Rows that are references, not deployable policies (plots draw them apart)."""
 MAX_ARRIVAL_SPAN_S = 30 * 24 * 3600.0

@@ -22,6 +22,7 @@ from feather_lab.cli import trace  # noqa: F401
 from feather_lab.cli import replay  # noqa: F401
 from feather_lab.cli import vllm_bench  # noqa: F401
 from feather_lab.cli import model  # noqa: F401
+from feather_lab.cli import results  # noqa: F401
 
 # isort: on
 from feather_lab.cli.common import app

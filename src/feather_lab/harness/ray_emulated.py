@@ -1,7 +1,7 @@
 """`EmulatedEngine`: a Ray Serve deployment body whose engine is the simulator, played out in
 wall-clock time (extra `ray`).
 
-For tests and `benchmarks/ray_cluster.py`: `sim.cluster.ReplicaEngine` stepped in real time
+For tests and `benchmarks/cluster/ray_cluster.py`: `sim.cluster.ReplicaEngine` stepped in real time
 from the cost model, so a CPU machine can serve a Ray Serve app whose replicas behave like
 GPU engines, behind `integrations.ray_serve.FeatherRequestRouter` or Ray's own routers. It
 lives in the harness, not with the router, because it runs the simulator.

@@ -1,6 +1,6 @@
 """SGLang's adder loop, without SGLang: how its scheduler offers requests to an `SGLangQueue`.
 
-The SGLang adapter's tests and `benchmarks/sglang_pass_standalone.py` drive admission passes
+The SGLang adapter's tests and `benchmarks/sglang/sglang_pass_standalone.py` drive admission passes
 through this, so both follow the same shape of `Scheduler._get_new_batch_prefill_raw`
 (python/sglang/srt/managers/scheduler.py: `for req in self.waiting_queue`, `add_one_req`,
 break on the first result that is not CONTINUE) over stand-in requests. The real loop, with

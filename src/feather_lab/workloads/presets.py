@@ -92,7 +92,7 @@ PRESETS: dict[str, dict[str, Preset]] = {
         "document-qa": Preset("document-qa"),
         "no-sharing": Preset("no-sharing"),
         **{f"paper-{g}g": paper(g) for g in (1, 2, 5, 20, 100)},
-        # Where the GPU lever is real (benchmarks/gpu.md: KV capacity, not L2 locality): 64
+        # Where the GPU lever is real (benchmarks/gpu/README.md: KV capacity, not L2 locality): 64
         # agent or document sessions whose contexts of 10k-60k tokens (2.2M tokens in all)
         # outgrow an H200's KV cache (~0.83M tokens for Llama-3.1-8B), each asked 6
         # follow-ups (tool calls, questions) of 128 new tokens with 256-token answers, as

@@ -4,7 +4,7 @@ vLLM's `FCFSRequestQueue` (vllm/v1/core/sched/request_queue.py) is a deque: its 
 ever takes the head, and `remove_request` of any other request scans the deque. Feather takes
 its candidates from anywhere in the queue, one `remove_request` per admission, so on that
 deque every admission costs a scan of the queue (~0.1 ms at 1,000 waiting, ~1 ms at 10,000:
-benchmarks/vllm-pass.md). `OrderedRequestQueue` keeps the same order under the same
+benchmarks/vllm/pass.md). `OrderedRequestQueue` keeps the same order under the same
 operations in an `OrderedDict` keyed by the request object (a linked hash map: append,
 prepend, remove anywhere and pop the head are all O(1)), so the Feather scheduler can stand
 it in for vLLM's FCFS queue without changing what vLLM sees. tests/test_vllm_queue.py runs

@@ -1,0 +1,71 @@
+"""Behaviour check for refactors: every summary field (timings aside) of 84 simulator runs.
+
+7 workloads x 2 KV sizes (the H100's, and 3,000 blocks: preemptions) x 6 policies (fcfs,
+grouped, feather with its prior, feather-paper, feather-upstream, dfs-weight) on H100 (the
+profile derived from the measured H200) + Llama-3.1-8B. Run it on the code before and after
+a change and compare the two files: identical means the change kept the simulator's
+behaviour (benchmarks/host/README.md). benchmarks/sim/check.json is the baseline at the hold bound
+(policies/hold.py, 2026-12-05), re-based for issue 29 (feather-paper rebuilt from the
+authors' code, feather-upstream added; the other 56 runs identical to the previous baseline),
+and again when the STOP delay bound became the default (2026-12-06: three feather runs moved,
+long-prefix at both KV sizes and paper-5g, by under 0.5% in tok/s; the other 81 identical
+but for the new `stop_vetoes` counter; benchmarks/sim/README.md, "The STOP delay bound by default"),
+and once the grouping judge's idle share counted only the prefixes grouped order saves
+(2026-12-06, policies/order.py: six feather runs moved, document-qa at 3,000 blocks 1.94x
+-> 2.88x FCFS, the other five by under 0.5%; benchmarks/scheduler-cpu/README.md).
+The scheduler's CPU stays off the clock (`EngineConfig(scheduler_cpu="off")`, issue 31): the
+check compares what the policies decide and the engine does, not a CPU cost model's figures
+(the `model` mode's own tests are in tests/test_scheduler_cpu.py).
+Usage: python benchmarks/sim/sim_check.py OUT.json [--against BEFORE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from feather_lab.bench.machine import write_record
+from feather_lab.bench.suite import build_workload
+from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.engine import simulate
+from feather_lab.sim.result import TIMING_KEYS
+from feather_sched.cost import StepCostModel
+from feather_sched.policies.registry import make_policy
+
+WORKLOADS = ["shared-prefix", "long-prefix", "document-qa", "multi-turn", "tree", "no-sharing"]
+WORKLOADS += ["paper-5g"]
+POLICIES = ["fcfs", "grouped", "feather", "feather-paper", "feather-upstream", "dfs-weight"]
+MODEL = "llama-3.1-8b"
+
+
+def summaries() -> dict[str, dict]:
+    cost = StepCostModel("h100", MODEL)
+    out = {}
+    for workload in WORKLOADS:
+        requests = build_workload(workload).generate(0)
+        for kv in (None, 3000):
+            engine = EngineConfig(num_kv_blocks=kv, scheduler_cpu="off")
+            for name in POLICIES:
+                options = {"hardware": "h100", "model": MODEL} if name == "feather" else {}
+                s = simulate(requests, make_policy(name, **options), cost, engine).summary()
+                keep = {k: v for k, v in s.items() if k not in TIMING_KEYS and k != "sim_wall_s"}
+                out[f"{workload}/{kv}/{name}"] = keep
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("out")
+    parser.add_argument("--against", default=None)
+    args = parser.parse_args()
+    runs = summaries()
+    write_record(args.out, runs=runs)
+    if args.against:
+        with open(args.against) as f:
+            before = json.load(f)["runs"]
+        differ = sorted(k for k in runs if runs[k] != before.get(k))
+        print(f"{len(runs) - len(differ)} of {len(runs)} runs identical; differ: {differ}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""`feather results --quick`: re-make the simulated records from today's code and compare.
+
+The simulator is deterministic, so a record re-made with the command it names must come out
+with the same rows; where it does not, the first differing value is named. Each record is
+one piece, run in its own process into a scratch file; the summary is rewritten after every
+piece, so a piece that fails or a run that stops keeps what finished.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# Records that name no command: the command their page gives.
+NAMED_ON_PAGE = {
+    "benchmarks/sim/bench.json": "feather bench",
+    "benchmarks/paper-policies/sim.json": (
+        "feather bench --policies fcfs,feather,feather-paper,feather-upstream"
+    ),
+    "benchmarks/sim/check.json": "python benchmarks/sim/sim_check.py OUT",
+}
+SIMULATED = (
+    "benchmarks/sim/",
+    "benchmarks/feather/",
+    "benchmarks/scheduler-cpu/sim",
+    "benchmarks/cluster/cluster-",
+    "benchmarks/paper-policies/sim",
+)
+COMPARED = ("rows", "runs", "cells")
+
+
+@dataclass(frozen=True)
+class Piece:
+    record: str
+    command: str
+
+
+def pieces(root: Path) -> list[Piece]:
+    """Every simulated record with a command that re-makes it."""
+    out = []
+    for path in sorted((root / "benchmarks").rglob("*.json")):
+        rel = str(path.relative_to(root))
+        if not rel.startswith(SIMULATED):
+            continue
+        command = NAMED_ON_PAGE.get(rel)
+        if command is None:
+            record = json.loads(path.read_text())
+            named = record.get("command") if isinstance(record, dict) else None
+            if isinstance(named, str) and named.startswith("python benchmarks/"):
+                command = named
+        if command:
+            out.append(Piece(rel, command))
+    return out
+
+
+def argv(command: str, out: Path) -> list[str]:
+    """The command with its outputs sent to `out` (the JSON) and no plot."""
+    words = shlex.split(command)
+    words = [w for i, w in enumerate(words) if w != "--plot" and words[i - 1 : i] != ["--plot"]]
+    for i, w in enumerate(words):
+        if w == "--json" and i + 1 < len(words):
+            words[i + 1] = str(out)
+        if w in ("OUT", "OUT.json"):
+            words[i] = str(out)
+    if "--json" not in words and str(out) not in words:
+        words += ["--json", str(out)]
+    head = [sys.executable, "-m", "feather_lab.cli"] if words[0] == "feather" else [sys.executable]
+    return head + words[1:]
+
+
+def first_difference(old: object, new: object, at: str = "") -> str | None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            if key not in old or key not in new:
+                return f"{at}.{key}: only in the {'re-made' if key in new else 'recorded'}"
+            diff = first_difference(old[key], new[key], f"{at}.{key}")
+            if diff:
+                return diff
+        return None
+    if isinstance(old, list) and isinstance(new, list):
+        if len(old) != len(new):
+            return f"{at}: {len(old)} entries recorded, {len(new)} re-made"
+        return next(
+            (
+                d
+                for i, (a, b) in enumerate(zip(old, new, strict=True))
+                if (d := first_difference(a, b, f"{at}[{i}]"))
+            ),
+            None,
+        )
+    return None if old == new else f"{at}: recorded {old!r}, re-made {new!r}"
+
+
+def compare(recorded: dict, remade: dict) -> str | None:
+    for key in COMPARED:
+        if key in recorded:
+            return first_difference(recorded[key], remade.get(key), key)
+    return "no rows, runs or cells to compare"
+
+
+def run_piece(piece: Piece, root: Path, scratch: Path) -> dict:
+    out = scratch / Path(piece.record).name
+    started = time.monotonic()
+    env = {"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        argv(piece.command, out), cwd=root, env=env, capture_output=True, text=True
+    )
+    result = {
+        "record": piece.record,
+        "command": piece.command,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    if done.returncode != 0 or not out.is_file():
+        return {**result, "verdict": "failed", "detail": done.stderr.strip()[-400:]}
+    diff = compare(json.loads((root / piece.record).read_text()), json.loads(out.read_text()))
+    return {**result, "verdict": "identical" if diff is None else "differs", "detail": diff}
+
+
+def run_quick(root: Path, summary: Path = Path("results-quick.json")) -> bool:
+    """Re-make every piece, printing progress with an ETA; True when any differs or fails."""
+    todo = pieces(root)
+    results: list[dict] = []
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, piece in enumerate(todo):
+            result = run_piece(piece, root, Path(tmp))
+            results.append(result)
+            summary.write_text(json.dumps(results, indent=2) + "\n")
+            spent = time.monotonic() - began
+            eta = spent / (i + 1) * (len(todo) - i - 1)
+            print(
+                f"[{i + 1}/{len(todo)}] {result['verdict']:<9} {piece.record} "
+                f"({result['seconds']} s; ETA {eta / 60:.1f} min)",
+                flush=True,
+            )
+            if result["verdict"] != "identical":
+                print(f"    {result['detail']}", flush=True)
+    bad = [r for r in results if r["verdict"] != "identical"]
+    print(f"{len(results) - len(bad)} of {len(results)} identical; summary in {summary}")
+    return bool(bad)

@@ -1,0 +1,73 @@
+"""`feather results --check`: each quoted figure against the record it names."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from feather_lab.cli import app
+from feather_lab.results.figures import check_docs, find_figures
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_the_repository_figures_match_their_records() -> None:
+    checked, bad = check_docs(DOCS, ROOT)
+    assert checked >= 5, "the README's results table names its records"
+    assert bad == [], "\n".join(map(str, bad))
+
+
+def _tree(tmp_path: Path, figure: str) -> Path:
+    record = tmp_path / "benchmarks" / "t" / "r.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"machine": {"cpu": "x"}, "ab": [{"b_over_a": 2.837}]}))
+    (tmp_path / "README.md").write_text(
+        f"| gain | {figure}<!-- record: benchmarks/t/r.json ab[0].b_over_a .2f -->x |\n"
+    )
+    return tmp_path
+
+
+def test_a_broken_figure_in_a_copy_of_the_readme_fails_by_name(tmp_path: Path) -> None:
+    copy = tmp_path / "README.md"
+    shutil.copy(ROOT / "README.md", copy)
+    first = find_figures(ROOT / "README.md", ROOT)[0]
+    text = copy.read_text()
+    mark = text.index("<!-- record:")
+    broken = text[: mark - len(first.quoted)] + "9.99" + text[mark:]
+    copy.write_text(broken)
+    result = CliRunner().invoke(
+        app, ["results", "--check", "--root", str(ROOT), "--doc", str(copy)]
+    )
+    assert result.exit_code == 1, result.output
+    assert "MISMATCH" in result.output and "'9.99'" in result.output
+    assert f"the record says {first.quoted}" in result.output
+
+
+def test_a_matching_figure_passes_and_a_drifted_one_fails(tmp_path: Path) -> None:
+    good = CliRunner().invoke(app, ["results", "--check", "--root", str(_tree(tmp_path, "2.84"))])
+    assert good.exit_code == 0, good.output
+    (tmp_path / "README.md").unlink()
+    shutil.rmtree(tmp_path / "benchmarks")
+    bad = CliRunner().invoke(app, ["results", "--check", "--root", str(_tree(tmp_path, "2.83"))])
+    assert bad.exit_code == 1 and "README.md:1: '2.83'" in bad.output
+
+
+def test_a_mark_naming_a_missing_record_or_path_fails(tmp_path: Path) -> None:
+    _tree(tmp_path, "2.84")
+    doc = tmp_path / "README.md"
+    doc.write_text(
+        "1.0<!-- record: benchmarks/t/none.json ab[0].b_over_a .1f -->\n"
+        "1.0<!-- record: benchmarks/t/r.json ab[3].b_over_a .1f -->\n"
+    )
+    _, bad = check_docs([doc], tmp_path)
+    assert [b.reason.split(" ")[0] for b in bad] == ["no", "cannot"]
+
+
+def test_bad_options_exit_2(tmp_path: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["results"]).exit_code == 2
+    assert runner.invoke(app, ["results", "--check", "--root", str(tmp_path)]).exit_code == 2
