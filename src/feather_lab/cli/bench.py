@@ -1,9 +1,7 @@
-"""`feather bench` (the simulator, vLLM, SGLang, a simulated cluster) and `feather
-sglang-bench`."""
+"""`feather bench`: the simulator, vLLM, SGLang's loop, or a simulated cluster."""
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -307,22 +305,3 @@ def feather_prior_options(hardware: str | None, model: str | None) -> dict:
         fail(err)
     prior = {"hardware": hardware, "model": name}
     return {"feather": prior, "feather-hold": prior}
-
-
-@app.command(
-    "sglang-bench",
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    add_help_option=False,
-)
-def sglang_bench_cmd(ctx: typer.Context) -> None:
-    """CPU cost of one scheduling pass in SGLang's own classes (needs the 'sglang' extra):
-    lpm / dfs-weight vs Feather. Options: --sizes 128,1000,10000 --repeats 5 --passes 32
-    --running 0 --max-running 1024 --policy NAME --seed 0 --json FILE (--help for the
-    list)."""
-    if importlib.util.find_spec("sglang") is None:
-        from feather_lab.harness.sglang_bench import SGLANG_INSTALL
-
-        fail(RuntimeError(f"sglang-bench needs SGLang, not installed here: {SGLANG_INSTALL}"))
-    from feather_lab.harness.sglang_pass import main as sglang_pass
-
-    raise typer.Exit(sglang_pass(list(ctx.args)))
