@@ -6,9 +6,9 @@ then reports: a table on the console and, for benchmarks, a JSON record
 a message on stderr, as the option parser's own errors do.
 
 One module per command (`records`, `bench`, `sglang_bench`, `calibrate`, `index_bench`,
-`train`, `trace`, `replay`, `vllm_pass`) over `common` (the app, its consoles, the failure rule, parsing
-helpers) and `options` (every option, declared once); importing this package registers them
-all, in the order `feather --help` lists them.
+`train`, `trace`, `replay`, `vllm_pass`) over `common` (the app, its consoles, the failure
+rule, parsing helpers) and `options` (every option, declared once); importing this package
+registers them all, in the order `feather --help` lists them.
 """
 
 # The registration order is the order `feather --help` lists the commands in.
