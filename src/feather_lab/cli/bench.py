@@ -24,6 +24,7 @@ from feather_lab.cli.options import (
     AsyncScheduling,
     BenchEngine,
     BenchFeatherHardware,
+    BenchJsonOut,
     BenchMaxNumSeqs,
     BenchModel,
     BenchPlot,
@@ -34,7 +35,6 @@ from feather_lab.cli.options import (
     BenchWorkloads,
     DropOverlong,
     Hardware,
-    JsonOut,
     Kernel,
     KvBlocks,
     Limit,
@@ -51,8 +51,21 @@ from feather_lab.cli.options import (
 from feather_lab.harness.vllm_engine import KvScenario, VllmBenchSpec
 from feather_lab.sim.config import EngineConfig
 
+BENCH_HELP = (
+    "Run the policies on every workload: simulated, on vLLM or on SGLang's loop.\n\n"
+    "Prints what ran (the hardware profile, its provenance, the model), what each column "
+    "means, a block of rows per workload as it finishes, and a closing summary: per "
+    "workload, feather's output tok/s over fcfs's (the engine's default) and over the best "
+    "other deployable policy's. Progress goes to stderr.\n\n"
+    "Writes the JSON record (--json, default feather-bench.json), then the plot (--plot, "
+    "default the JSON's name with .png: --json h200.json gives h200.png). An existing file "
+    'is replaced, and stderr says so ("replacing feather-bench.json").\n\n'
+    "Default policies: 11 of the 15 (see --policies). With --replicas N: every router on a "
+    "simulated N-replica cluster instead."
+)
 
-@app.command("bench")
+
+@app.command("bench", help=BENCH_HELP)
 def bench(
     workload: BenchWorkloads = None,
     policies: BenchPolicies = None,
@@ -65,8 +78,8 @@ def bench(
     num_kv_blocks: KvBlocks = None,
     policy_state: PolicyState = None,
     feather_hardware: BenchFeatherHardware = None,
-    json_out: JsonOut = Path("feather-bench.json"),
-    plot: BenchPlot = Path("feather-bench.png"),
+    json_out: BenchJsonOut = Path("feather-bench.json"),
+    plot: BenchPlot = None,
     engine: BenchEngine = "sim",
     repeats: BenchRepeats = 3,
     async_scheduling: AsyncScheduling = False,
@@ -82,9 +95,10 @@ def bench(
     replicas: BenchReplicas = None,
     routers: BenchRouters = None,
 ) -> None:
-    """Run the policies (default: 11 of the 15, see --policies) on every workload (simulated,
-    on vLLM or on SGLang's loop); table, JSON and a plot. With --replicas N: every router on
-    a simulated N-replica cluster instead."""
+    """`feather bench` (BENCH_HELP says what it does)."""
+    from feather_lab.bench.output import plot_beside
+
+    plot = plot if plot is not None else plot_beside(json_out)
     opts = dict(locals())
     opts["workload"] = optional_names(",".join(workload), "--workload") if workload else None
     opts["policies"] = optional_names(policies, "--policies")
@@ -222,6 +236,7 @@ def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
     """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
     from feather_lab.bench.output import check_plot_path
     from feather_lab.harness.vllm_engine import run_vllm_bench
+    from feather_lab.harness.vllm_spec import BASELINE as VLLM_BASELINE
 
     writable(json=json_out, steps_out=spec.steps_out)
     try:
@@ -234,12 +249,14 @@ def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
     mode = ", async scheduling" if spec.async_scheduling else ""
     model = spec.model or "tiny-llama"
     title = f"feather bench --engine vllm: {model}, seed {spec.seed}, {spec.repeats} runs{mode}"
-    _report_bench(rows, title, {"engine": "vllm", **asdict(spec)}, json_out, plot)
+    config = {"engine": "vllm", **asdict(spec)}
+    _report_bench(rows, title, config, (json_out, plot), VLLM_BASELINE)
 
 
 def _bench_sglang(opts: dict[str, Any], json_out: Path, plot: Path) -> None:
     """`feather bench --engine sglang`: SGLang's real scheduler loop (harness/sglang_engine.py)."""
     from feather_lab.bench.output import check_plot_path
+    from feather_lab.harness.sglang_bench import BASELINE as SGLANG_BASELINE
     from feather_lab.harness.sglang_bench import BENCH_NOTE, bench_from_cli
 
     writable(json=json_out)
@@ -260,25 +277,37 @@ def _bench_sglang(opts: dict[str, Any], json_out: Path, plot: Path) -> None:
             )
     except (ValueError, RuntimeError, OSError) as err:
         fail(err)
-    _report_bench(rows, title, config, json_out, plot)
+    _report_bench(rows, title, config, (json_out, plot), SGLANG_BASELINE)
     console.print(f"[dim]{BENCH_NOTE}[/dim]")
 
 
 def _report_bench(
-    rows: list[dict], title: str, config: dict[str, Any], json_out: Path, plot: Path
+    rows: list[dict],
+    title: str,
+    config: dict[str, Any],
+    outputs: tuple[Path, Path],
+    baseline: str,
 ) -> None:
-    """The real-engine bench's report: the table, the JSON record (first), the plot."""
-    from feather_lab.bench.output import results_text, terminal_width
+    """The real-engine bench's report: the table with its legend, the summary over the
+    engine's own scheduler (`baseline`), the JSON record (first), the plot."""
+    from feather_lab.bench.output import replacing, results_text, terminal_width
     from feather_lab.bench.report import plot_results
     from feather_lab.bench.runner import config_provenance
+    from feather_lab.bench.summary import summary_text
 
-    print(results_text(rows, title, terminal_width()), flush=True)
+    json_out, plot = outputs
+    print(results_text(rows, title, terminal_width(), with_legend=True), flush=True)
+    summary = summary_text(rows, baseline)
+    if summary:
+        print("\n" + summary, flush=True)
+    replacing(json_out)
     write_record(json_out, config={**config_provenance(), **config}, rows=rows)
+    replacing(plot)
     try:
         plot_results(rows, plot, title)
     except Exception as err:  # the rows are saved; a plot failure only loses the plot
         fail(RuntimeError(f"rows saved to {json_out}, but the plot failed: {err}"))
-    console.print(f"wrote {json_out} and {plot}")
+    console.print(f"wrote {json_out}\nwrote {plot}")
 
 
 def feather_prior_options(hardware: str | None, model: str | None) -> dict:
