@@ -255,7 +255,7 @@ class SimBench:
                 failure = f"{type(err).__name__}: {err}"
         summary = summary_text(rows, BASELINE)
         if summary:
-            print("\n" + summary, flush=True)
+            print(f"\n{summary}\n", flush=True)
         return self.save(rows, interrupted, failure)
 
     def save(self, rows: list[dict], interrupted: bool, failure: str | None = None) -> int:

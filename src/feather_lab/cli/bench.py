@@ -299,7 +299,7 @@ def _report_bench(
     print(results_text(rows, title, terminal_width(), with_legend=True), flush=True)
     summary = summary_text(rows, baseline)
     if summary:
-        print("\n" + summary, flush=True)
+        print(f"\n{summary}\n", flush=True)
     replacing(json_out)
     write_record(json_out, config={**config_provenance(), **config}, rows=rows)
     replacing(plot)
