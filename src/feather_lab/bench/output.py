@@ -95,7 +95,7 @@ def results_text(
     name_width = min(max(POLICY_WIDTH, longest), max(POLICY_WIDTH, width - headline))
     cols = columns_for(width, kind, baseline, name_width)
     first = "router/policy" if kind == CLUSTER else "policy"
-    lines = textwrap.wrap(title, max(width, 40))
+    lines = textwrap.wrap(title, max(width, 40), break_long_words=False, break_on_hyphens=False)
     if with_legend:
         lines += ["", *legend(kind, baseline, min(width, 80), cols).splitlines(), ""]
     lines.append(header(cols, name_width, first))
