@@ -211,8 +211,9 @@ def test_the_bench_charges_the_model_by_default_and_says_so(tmp_path: Path) -> N
     args = ["bench", "-w", "shared-prefix", "--limit", "48", "--policies", "fcfs,dfs-weight"]
     result = CliRunner().invoke(app, [*args, "--json", str(out), "--plot", str(tmp_path / "p.png")])
     assert result.exit_code == 0, result.output
-    assert f"scheduler CPU model ({MODEL.record})" in result.output
+    assert "scheduler CPU: fitted model, step = max(gpu, cpu)" in result.output
     record = json.loads(out.read_text())
+    assert MODEL.record in record["config"]["scheduler_cpu_note"]  # where it was fitted
     assert record["config"]["scheduler_cpu"] == "model"
     assert record["config"]["scheduler_cpu_rule"] == "max(gpu, cpu)"
     shares = {r["policy"]: r["sched_cpu_share"] for r in record["rows"]}

@@ -21,6 +21,7 @@ from feather_lab.bench.context import fit_context
 from feather_lab.bench.suite import BenchSpec
 from feather_lab.sim.cluster import simulate_cluster
 from feather_lab.workloads.presets import build_workload
+from feather_sched.cost import load_hardware
 from feather_sched.cost.resolve import resolve_cost
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.registry import make_policy
@@ -117,8 +118,10 @@ def cluster_title(spec: ClusterBenchSpec) -> str:
     from feather_lab.bench.runner import scheduler_cpu_label
 
     base = spec.base
+    hw = load_hardware(base.hardware)
     return (
-        f"feather bench: {spec.replicas} replicas, {base.hardware} + {base.model}, "
+        f"feather bench: {spec.replicas} replicas, {hw.name} ({hw.provenance}), "
+        f"model {base.model}, "
         f"{base.kernel} kernel, seed {base.seed}, {scheduler_cpu_label(base)}"
     )
 
@@ -148,13 +151,13 @@ def cli_cluster_bench(
     fail: Callable[[Exception], NoReturn],
 ) -> None:
     """`feather bench --replicas N [--routers ...]`: every check first, then the runs; the
-    table and its legend as the single-engine bench prints them (`output.results_text`),
+    table with its legend first, as the single-engine bench prints them (`output.results_text`),
     the JSON record (first: a finished run is never lost), then the plot."""
     from feather_lab.bench.machine import write_record
     from feather_lab.bench.output import (
         check_output_path,
         check_plot_path,
-        results_legend,
+        replacing,
         results_text,
         terminal_width,
     )
@@ -171,11 +174,12 @@ def cli_cluster_bench(
     except (ValueError, FileNotFoundError) as err:
         fail(err)
     title = cluster_title(spec)
-    print(results_text(rows, title, terminal_width()), flush=True)
-    print(results_legend(rows), flush=True)
+    print(results_text(rows, title, terminal_width(), with_legend=True), flush=True)
+    replacing(json_out)
     write_record(json_out, config=cluster_config(spec), rows=rows)
+    replacing(plot)
     try:
         plot_results(rows, plot, title)
     except Exception as err:  # the rows are saved; a plot failure only loses the plot
         fail(RuntimeError(f"rows saved to {json_out}, but the plot failed: {err}"))
-    print(f"wrote {json_out}, {plot}", flush=True)
+    print(f"wrote {json_out}\nwrote {plot}", flush=True)

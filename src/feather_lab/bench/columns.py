@@ -273,9 +273,15 @@ def best_marks(rows: Sequence[Row], cols: Sequence[Column]) -> list[str]:
     return marks
 
 
-def legend(kind: Kind = ENGINE, baseline: str = "fcfs", width: int = 80) -> str:
-    """What the table's headers mean, which way is better, and the best-row marks."""
-    cols = columns_of(kind, baseline)
+def legend(
+    kind: Kind = ENGINE,
+    baseline: str = "fcfs",
+    width: int = 80,
+    shown: Sequence[Column] | None = None,
+) -> str:
+    """What the table's headers mean, which way is better, and the best-row marks; of the
+    `shown` columns when given (the table's), else of every column of the kind."""
+    cols = list(shown) if shown is not None else columns_of(kind, baseline)
     parts = [f"{c.header}: {c.description}" + (f", {c.unit}" if c.unit else "") for c in cols]
     higher = [c.header for c in cols if c.better == "higher"]
     lower = [c.header for c in cols if c.better == "lower"]
@@ -290,4 +296,4 @@ def legend(kind: Kind = ENGINE, baseline: str = "fcfs", width: int = 80) -> str:
 
 
 LEGEND = legend(ENGINE)
-"""The legend of the simulator's table (printed after its rows)."""
+"""The legend of every column of one engine's table."""

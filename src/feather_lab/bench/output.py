@@ -1,10 +1,11 @@
 """What a bench prints and writes: rows as they finish, progress, output paths checked first.
 
 Rows go to stdout as plain text, one workload's block as soon as it is done, in columns that
-fit the terminal (80 columns: a compact set; wider: more) and never cut a number: a value
-wider than its column widens the line instead. Progress and errors go to stderr: a live bar
-with an ETA on a terminal, else a plain line per finished run (and one every `PLAIN_EVERY_S`
-inside a long run), so a piped run (CI, tee) shows what it is doing.
+fit the terminal (80 columns when piped: a compact set; wider: more) and never cut a number:
+a value wider than its column widens the line instead. Progress and errors go to stderr: a
+live bar with an ETA on a terminal, else a plain line per finished run (and one every
+`PLAIN_EVERY_S` inside a long run), so a piped run (CI, tee) shows what it is doing. An
+output file that already exists is replaced, and stderr says so (`replacing`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import shutil
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -39,6 +41,8 @@ from feather_lab.bench.rows import (
 
 PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "webp", "eps", "ps", "tif", "tiff")
 PLAIN_EVERY_S = 15.0
+PLAIN_WIDTH = 80
+"""A plain progress line's most columns (a long run name is cut in its middle)."""
 
 
 def terminal_width() -> int:
@@ -74,10 +78,16 @@ def workload_block(
     return lines
 
 
-def results_text(rows: Sequence[Row | Mapping[str, Any]], title: str, width: int = 80) -> str:
+def results_text(
+    rows: Sequence[Row | Mapping[str, Any]],
+    title: str,
+    width: int = 80,
+    with_legend: bool = False,
+) -> str:
     """The whole table as text (what `feather show` and the cluster bench print; the
-    simulator's bench prints it in parts, as blocks finish). The name column widens to the
-    longest name when the columns leave room for it."""
+    simulator's bench prints it in parts, as blocks finish), the legend of its columns
+    between the title and the rows when asked. The name column widens to the longest name
+    when the columns leave room for it."""
     typed = as_rows(rows)
     kind, baseline = kind_of(typed), baseline_of(typed)
     headline = sum(c.width + 1 for c in columns_of(kind, baseline, wide=False))
@@ -85,16 +95,32 @@ def results_text(rows: Sequence[Row | Mapping[str, Any]], title: str, width: int
     name_width = min(max(POLICY_WIDTH, longest), max(POLICY_WIDTH, width - headline))
     cols = columns_for(width, kind, baseline, name_width)
     first = "router/policy" if kind == CLUSTER else "policy"
-    lines = [title, header(cols, name_width, first)]
+    lines = textwrap.wrap(title, max(width, 40), break_long_words=False, break_on_hyphens=False)
+    if with_legend:
+        lines += ["", *legend(kind, baseline, min(width, 80), cols).splitlines(), ""]
+    lines.append(header(cols, name_width, first))
     for block in blocks(typed):
         lines += workload_block(block, cols, name_width)
     return "\n".join(lines)
 
 
-def results_legend(rows: Sequence[Row | Mapping[str, Any]]) -> str:
-    """The legend of `results_text`'s table for these rows."""
+def results_legend(rows: Sequence[Row | Mapping[str, Any]], width: int = 80) -> str:
+    """The legend of `results_text`'s table for these rows, of the columns it shows."""
     typed = as_rows(rows)
-    return legend(kind_of(typed), baseline_of(typed))
+    kind, baseline = kind_of(typed), baseline_of(typed)
+    return legend(kind, baseline, width, columns_for(width, kind, baseline))
+
+
+def replacing(*paths: Path | None) -> None:
+    """Say on stderr, before writing, which of these outputs already exist and are replaced."""
+    for path in paths:
+        if path is not None and path.exists():
+            print(f"replacing {path}", file=sys.stderr, flush=True)
+
+
+def plot_beside(json_out: Path) -> Path:
+    """The default plot of a run: the JSON's name with .png (h200.json: h200.png)."""
+    return json_out.with_suffix(".png")
 
 
 # ----------------------------------------------------------------------------- progress
@@ -158,30 +184,35 @@ class BenchProgress:
     def _eta(self) -> str:
         elapsed = time.monotonic() - self.start
         if self.done == 0:
-            return f"{elapsed:,.0f} s elapsed"
+            return f"{elapsed:,.0f} s"
         left = elapsed / self.done * (self.total - self.done)
-        return f"{elapsed:,.0f} s elapsed, ETA {left:,.0f} s"
+        return f"{elapsed:,.0f} s, ETA {left:,.0f} s"
 
     def run_done(self, label: str) -> None:
         self.done += 1
         if self._progress is not None:
             self._progress.update(self._task, advance=1, description=label)
         else:
-            self._plain(f"[{self.done}/{self.total}] {label} ({self._eta()})", force=True)
+            self._plain(label, "", force=True)
 
     def inside(self, label: str, finished: int, total: int) -> None:
         """Inside a run: requests finished of total."""
-        text = f"{label}: {finished:,}/{total:,} requests"
         if self._progress is not None:
+            text = f"{label}: {finished:,}/{total:,} requests"
             self._progress.update(self._task, description=text)
         else:
-            self._plain(f"[{self.done}/{self.total}] {text} ({self._eta()})")
+            self._plain(label, f" {finished:,}/{total:,} req")
 
-    def _plain(self, text: str, force: bool = False) -> None:
+    def _plain(self, label: str, detail: str, force: bool = False) -> None:
+        """`[done/total] label detail (elapsed, ETA)`, the label cut to fit `PLAIN_WIDTH`."""
         now = time.monotonic()
         if force or now - self._last_plain >= PLAIN_EVERY_S:
             self._last_plain = now
-            print(text, file=sys.stderr, flush=True)
+            head, tail = f"[{self.done}/{self.total}] ", f"{detail} ({self._eta()})"
+            room = max(12, PLAIN_WIDTH - len(head) - len(tail))
+            if len(label) > room:
+                label = label[: room // 2 - 1] + "..." + label[-(room - room // 2 - 2) :]
+            print(head + label + tail, file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------------------- output paths

@@ -2,9 +2,10 @@
 
 Everything that can be wrong with the input is found by `SimBench.prepare`, before the
 first simulation: options, profiles, every workload (built, context- and KV-checked), the
-policy state file, and every output path. `run` then prints each workload's rows as soon as
-they are done, writes the JSON record first (a failed plot never loses the rows), and on
-Ctrl-C keeps the rows finished so far (record marked `interrupted`, exit status 130).
+policy state file, and every output path. `run` prints a heading and the legend, then each
+workload's rows as soon as they are done and a closing summary (`bench.summary`); it writes
+the JSON record first (a failed plot never loses the rows), and on Ctrl-C keeps the rows
+finished so far (record marked `interrupted`, exit status 130).
 """
 
 from __future__ import annotations
@@ -12,22 +13,25 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from feather_lab.bench.columns import legend
 from feather_lab.bench.machine import write_record
 from feather_lab.bench.output import (
-    LEGEND,
     BenchProgress,
     check_output_path,
     check_plot_path,
     columns_for,
     header,
+    replacing,
     terminal_width,
     workload_block,
 )
 from feather_lab.bench.suite import (
+    BASELINE,
     BenchCosts,
     BenchSpec,
     PreparedWorkload,
@@ -35,6 +39,7 @@ from feather_lab.bench.suite import (
     run_bench,
     unscaled_workloads,
 )
+from feather_lab.bench.summary import summary_text
 from feather_lab.sim.scheduler_cpu import load_scheduler_cpu
 from feather_sched.cost import load_hardware
 
@@ -94,21 +99,23 @@ def scheduler_cpu_provenance(spec: BenchSpec) -> dict[str, Any]:
 
 
 def scheduler_cpu_label(spec: BenchSpec) -> str:
-    """The header's words for it, as the hardware's `name (provenance)`."""
+    """The heading's words for it (where the model comes from: the record's config)."""
     info = scheduler_cpu_provenance(spec)
     if info["scheduler_cpu"] == "off":
         return "scheduler CPU off the clock"
-    source = load_scheduler_cpu().record if info["scheduler_cpu"] == "model" else "timed here"
-    return f"scheduler CPU {info['scheduler_cpu']} ({source}), step = {info['scheduler_cpu_rule']}"
+    source = "fitted model" if info["scheduler_cpu"] == "model" else "timed here"
+    return f"scheduler CPU: {source}, step = {info['scheduler_cpu_rule']}"
 
 
 def provenance_warning(hardware: str) -> str | None:
-    """One line for stderr when the profile is not measured (None when it is)."""
+    """A note for stderr when the profile is not measured (None when it is), 80 columns."""
     hw = load_hardware(hardware)
     if hw.provenance == "measured":
         return None
     why = hw.provenance_note.split(". ")[0] if hw.provenance_note else "no note"
-    return f"note: hardware profile {hw.name!r} is {hw.provenance}, not measured: {why}."
+    return textwrap.fill(
+        f"note: hardware profile {hw.name!r} is {hw.provenance}, not measured: {why}.", 80
+    )
 
 
 def sim_config(spec: BenchSpec, prepared: dict[str, PreparedWorkload]) -> dict[str, Any]:
@@ -188,10 +195,14 @@ class SimBench:
             )
         return cls(spec, json_out, plot, prepared, costs)
 
-    def title(self) -> str:
+    def heading(self, width: int = 80) -> list[str]:
+        """What ran, in lines of at most `width` columns: the hardware profile with its
+        provenance and the model first, then the settings."""
         s = self.spec
-        extra = "".join(
-            f", {k} {v}"
+        hw = load_hardware(s.hardware)
+        first = f"feather bench, simulated: {hw.name} ({hw.provenance}), model {s.model}"
+        extra = [
+            f"{k} {v}"
             for k, v in (
                 ("arrival", s.arrival),
                 ("rate x", s.rate_scale),
@@ -201,12 +212,13 @@ class SimBench:
                 ("rates", ",".join(f"{r:g}" for r in s.rates) if s.rates else None),
             )
             if v is not None
-        )
-        hw = load_hardware(s.hardware)
-        return (
-            f"feather bench, simulated: {hw.name} ({hw.provenance}) + {s.model}, "
-            f"{s.kernel} kernel, seed {s.seed}, {scheduler_cpu_label(s)}{extra}"
-        )
+        ]
+        rest = [f"{s.kernel} kernel", f"seed {s.seed}", scheduler_cpu_label(s), *extra]
+        return [*textwrap.wrap(first, width), *textwrap.wrap(", ".join(rest), width)]
+
+    def title(self) -> str:
+        """The heading in one line (the plot's title)."""
+        return ", ".join(self.heading(width=10_000))
 
     def run(self) -> int:
         """Run, print, save; the exit status (0, 1 if the plot failed, 130 if interrupted)."""
@@ -217,8 +229,10 @@ class SimBench:
         warning = provenance_warning(self.spec.hardware)
         if warning is not None:
             print(warning, file=sys.stderr, flush=True)
+        replacing(self.spec.steps_out)
         with BenchProgress(self.spec.total_runs()) as progress:
-            progress.emit(self.title())
+            for line in [*self.heading(), "", *legend(shown=cols).splitlines(), ""]:
+                progress.emit(line)
             progress.emit(header(cols))
 
             def show(done: list[dict]) -> None:
@@ -239,12 +253,13 @@ class SimBench:
                 interrupted = True
             except Exception as err:  # keep what finished; say what broke
                 failure = f"{type(err).__name__}: {err}"
-        print(LEGEND, flush=True)
+        summary = summary_text(rows, BASELINE)
+        if summary:
+            print(f"\n{summary}\n", flush=True)
         return self.save(rows, interrupted, failure)
 
     def save(self, rows: list[dict], interrupted: bool, failure: str | None = None) -> int:
         from feather_lab.bench.report import add_relative
-        from feather_lab.bench.suite import BASELINE
 
         if interrupted or failure is not None:
             add_relative(rows, BASELINE)  # the unfinished workload's rows too
@@ -253,6 +268,7 @@ class SimBench:
             config["interrupted"] = True
         if failure is not None:
             config["failed"] = failure
+        replacing(self.json_out)
         write_record(self.json_out, config=config, rows=rows)
         if failure is not None:
             print(
@@ -273,6 +289,7 @@ class SimBench:
             return 0
         from feather_lab.bench import report
 
+        replacing(self.plot)
         try:
             if self.spec.rates:
                 report.plot_sweep(rows, self.plot, self.title())
@@ -285,6 +302,7 @@ class SimBench:
                 flush=True,
             )
             return 1
-        steps = f" and {self.spec.steps_out}" if self.spec.steps_out is not None else ""
-        print(f"wrote {self.json_out}, {self.plot}{steps}", flush=True)
+        for path in (self.json_out, self.plot, self.spec.steps_out):
+            if path is not None:
+                print(f"wrote {path}", flush=True)
         return 0

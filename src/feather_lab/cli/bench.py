@@ -1,9 +1,7 @@
-"""`feather bench` (the simulator, vLLM, SGLang, a simulated cluster) and `feather
-sglang-bench`."""
+"""`feather bench`: the simulator, vLLM, SGLang's loop, or a simulated cluster."""
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from feather_lab.cli.options import (
     AsyncScheduling,
     BenchEngine,
     BenchFeatherHardware,
+    BenchJsonOut,
     BenchMaxNumSeqs,
     BenchModel,
     BenchPlot,
@@ -36,7 +35,6 @@ from feather_lab.cli.options import (
     BenchWorkloads,
     DropOverlong,
     Hardware,
-    JsonOut,
     Kernel,
     KvBlocks,
     Limit,
@@ -53,8 +51,21 @@ from feather_lab.cli.options import (
 from feather_lab.harness.vllm_engine import KvScenario, VllmBenchSpec
 from feather_lab.sim.config import EngineConfig
 
+BENCH_HELP = (
+    "Run the policies on every workload: simulated, on vLLM or on SGLang's loop.\n\n"
+    "Prints what ran (the hardware profile, its provenance, the model), what each column "
+    "means, a block of rows per workload as it finishes, and a closing summary: per "
+    "workload, feather's output tok/s over fcfs's (the engine's default) and over the best "
+    "other deployable policy's. Progress goes to stderr.\n\n"
+    "Writes the JSON record (--json, default feather-bench.json), then the plot (--plot, "
+    "default the JSON's name with .png: --json h200.json gives h200.png). An existing file "
+    'is replaced, and stderr says so ("replacing feather-bench.json").\n\n'
+    "Default policies: 11 of the 15 (see --policies). With --replicas N: every router on a "
+    "simulated N-replica cluster instead."
+)
 
-@app.command("bench")
+
+@app.command("bench", help=BENCH_HELP)
 def bench(
     workload: BenchWorkloads = None,
     policies: BenchPolicies = None,
@@ -67,8 +78,8 @@ def bench(
     num_kv_blocks: KvBlocks = None,
     policy_state: PolicyState = None,
     feather_hardware: BenchFeatherHardware = None,
-    json_out: JsonOut = Path("feather-bench.json"),
-    plot: BenchPlot = Path("feather-bench.png"),
+    json_out: BenchJsonOut = Path("feather-bench.json"),
+    plot: BenchPlot = None,
     engine: BenchEngine = "sim",
     repeats: BenchRepeats = 3,
     async_scheduling: AsyncScheduling = False,
@@ -84,9 +95,10 @@ def bench(
     replicas: BenchReplicas = None,
     routers: BenchRouters = None,
 ) -> None:
-    """Run the policies (default: 11 of the 15, see --policies) on every workload (simulated,
-    on vLLM or on SGLang's loop); table, JSON and a plot. With --replicas N: every router on
-    a simulated N-replica cluster instead."""
+    """`feather bench` (BENCH_HELP says what it does)."""
+    from feather_lab.bench.output import plot_beside
+
+    plot = plot if plot is not None else plot_beside(json_out)
     opts = dict(locals())
     opts["workload"] = optional_names(",".join(workload), "--workload") if workload else None
     opts["policies"] = optional_names(policies, "--policies")
@@ -223,6 +235,7 @@ def _kv_scenarios(num_kv_blocks: int | None) -> tuple[KvScenario, ...] | None:
 def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
     """`feather bench --engine vllm`: vLLM's own scheduler vs feather policies, for real."""
     from feather_lab.bench.output import check_plot_path
+    from feather_lab.harness.vllm_spec import BASELINE as VLLM_BASELINE
     from feather_lab.harness.vllm_suite import run_vllm_bench
 
     writable(json=json_out, steps_out=spec.steps_out)
@@ -236,12 +249,14 @@ def _bench_vllm(spec: VllmBenchSpec, json_out: Path, plot: Path) -> None:
     mode = ", async scheduling" if spec.async_scheduling else ""
     model = spec.model or "tiny-llama"
     title = f"feather bench --engine vllm: {model}, seed {spec.seed}, {spec.repeats} runs{mode}"
-    _report_bench(rows, title, {"engine": "vllm", **asdict(spec)}, json_out, plot)
+    config = {"engine": "vllm", **asdict(spec)}
+    _report_bench(rows, title, config, (json_out, plot), VLLM_BASELINE)
 
 
 def _bench_sglang(opts: dict[str, Any], json_out: Path, plot: Path) -> None:
     """`feather bench --engine sglang`: SGLang's real scheduler loop (harness/sglang_engine.py)."""
     from feather_lab.bench.output import check_plot_path
+    from feather_lab.harness.sglang_suite import BASELINE as SGLANG_BASELINE
     from feather_lab.harness.sglang_suite import BENCH_NOTE, bench_from_cli
 
     writable(json=json_out)
@@ -262,25 +277,37 @@ def _bench_sglang(opts: dict[str, Any], json_out: Path, plot: Path) -> None:
             )
     except (ValueError, RuntimeError, OSError) as err:
         fail(err)
-    _report_bench(rows, title, config, json_out, plot)
+    _report_bench(rows, title, config, (json_out, plot), SGLANG_BASELINE)
     console.print(f"[dim]{BENCH_NOTE}[/dim]")
 
 
 def _report_bench(
-    rows: list[dict], title: str, config: dict[str, Any], json_out: Path, plot: Path
+    rows: list[dict],
+    title: str,
+    config: dict[str, Any],
+    outputs: tuple[Path, Path],
+    baseline: str,
 ) -> None:
-    """The real-engine bench's report: the table, the JSON record (first), the plot."""
-    from feather_lab.bench.output import results_text, terminal_width
+    """The real-engine bench's report: the table with its legend, the summary over the
+    engine's own scheduler (`baseline`), the JSON record (first), the plot."""
+    from feather_lab.bench.output import replacing, results_text, terminal_width
     from feather_lab.bench.report import plot_results
     from feather_lab.bench.runner import config_provenance
+    from feather_lab.bench.summary import summary_text
 
-    print(results_text(rows, title, terminal_width()), flush=True)
+    json_out, plot = outputs
+    print(results_text(rows, title, terminal_width(), with_legend=True), flush=True)
+    summary = summary_text(rows, baseline)
+    if summary:
+        print(f"\n{summary}\n", flush=True)
+    replacing(json_out)
     write_record(json_out, config={**config_provenance(), **config}, rows=rows)
+    replacing(plot)
     try:
         plot_results(rows, plot, title)
     except Exception as err:  # the rows are saved; a plot failure only loses the plot
         fail(RuntimeError(f"rows saved to {json_out}, but the plot failed: {err}"))
-    console.print(f"wrote {json_out} and {plot}")
+    console.print(f"wrote {json_out}\nwrote {plot}")
 
 
 def feather_prior_options(hardware: str | None, model: str | None) -> dict:
@@ -307,22 +334,3 @@ def feather_prior_options(hardware: str | None, model: str | None) -> dict:
         fail(err)
     prior = {"hardware": hardware, "model": name}
     return {"feather": prior, "feather-hold": prior}
-
-
-@app.command(
-    "sglang-bench",
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    add_help_option=False,
-)
-def sglang_bench_cmd(ctx: typer.Context) -> None:
-    """CPU cost of one scheduling pass in SGLang's own classes (needs the 'sglang' extra):
-    lpm / dfs-weight vs Feather. Options: --sizes 128,1000,10000 --repeats 5 --passes 32
-    --running 0 --max-running 1024 --policy NAME --seed 0 --json FILE (--help for the
-    list)."""
-    if importlib.util.find_spec("sglang") is None:
-        from feather_lab.harness.sglang_suite import SGLANG_INSTALL
-
-        fail(RuntimeError(f"sglang-bench needs SGLang, not installed here: {SGLANG_INSTALL}"))
-    from feather_lab.harness.sglang_bench import main as sglang_pass
-
-    raise typer.Exit(sglang_pass(list(ctx.args)))

@@ -73,7 +73,22 @@ JsonOut = Annotated[Path, typer.Option("--json", help="JSON results.")]
 
 # ---- `feather bench`
 
-BenchPlot = Annotated[Path, typer.Option("--plot", help="Plot: .png, .pdf, .svg or .jpg.")]
+BenchJsonOut = Annotated[
+    Path,
+    typer.Option(
+        "--json",
+        help="JSON record of the run. An existing file is replaced, and stderr says so "
+        "('replacing FILE').",
+    ),
+]
+BenchPlot = Annotated[
+    Path | None,
+    typer.Option(
+        "--plot",
+        help="Plot: .png, .pdf, .svg or .jpg. Default: the --json name with .png "
+        "(--json h200.json: h200.png). An existing file is replaced, and stderr says so.",
+    ),
+]
 BenchEngine = Annotated[
     str,
     typer.Option(

@@ -69,7 +69,8 @@ def trace_write_cmd(
     `feather bench -w trace:FILE` replays and `feather trace stats` reads; a Mooncake trace
     (trace:PATH) comes out with its hash ids turned into tokens."""
     from feather_lab.bench.output import check_output_path
-    from feather_lab.bench.suite import BenchSpec, build_bench_workload
+    from feather_lab.bench.prepare import build_bench_workload
+    from feather_lab.bench.suite import BenchSpec
     from feather_lab.workloads.traces import TraceFormatError, write_jsonl
 
     spec = BenchSpec(workloads=[workload], seed=seed, arrival=arrival, limit=limit)

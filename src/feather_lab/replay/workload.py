@@ -1,4 +1,4 @@
-"""What `feather replay` sends: the bench's workloads (`bench.suite.fitted_workload`: names,
+"""What `feather replay` sends: the bench's workloads (`bench.prepare.fitted_workload`: names,
 `trace:PATH`, arrivals, rate scale, limit, context fit), with token ids the server's model
 takes. A built-in engine model (`--model tiny-llama` or `kv-bound`, served from the
 directory `harness.tiny_llama` builds) gets its own engine-sized presets and vocabulary, the
@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from feather_lab.bench.suite import BenchSpec, fitted_workload
+from feather_lab.bench.prepare import fitted_workload
+from feather_lab.bench.suite import BenchSpec
 from feather_lab.harness.tiny_llama import ENGINE_MODELS
 from feather_sched.request import Request
 
