@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from feather_sched.cost.resolve import cost_options
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.routing.base import RoutingRequest, RoutingRule, Tiers
-from feather_sched.routing.forecast import Booking, DrainModel
+from feather_sched.routing.forecast import Booking, DrainModel, kv_capacity_tokens
 from feather_sched.routing.ledger import ReplicaLedger
 from feather_sched.routing.pricing import PlacementPricer
 
@@ -63,9 +63,12 @@ class FeatherRule(RoutingRule):
         max_num_seqs: int = 256,
         default_output_tokens: int = 256,
         rate_window: int = 16,
+        kv_tokens: float | None = None,
     ) -> None:
         """`cost`: the step model that prices placements (the drain forecast); from profile
-        names, `feather_rule(hardware=..., model=...)`. The others: the class docstring and
+        names, `feather_rule(hardware=..., model=...)`. `kv_tokens`: a replica's KV cache in
+        tokens (the engine's blocks x block size; None: as an engine sizes it from `cost`'s
+        profiles, `kv_capacity_tokens`). The others: the class docstring and
         `ledger.ReplicaLedger`."""
         if balance < 1.0:
             raise ValueError(f"balance must be >= 1, got {balance}")
@@ -73,7 +76,8 @@ class FeatherRule(RoutingRule):
         self.ledger = ReplicaLedger(
             chunk_tokens, chars_per_token, cache_ttl_s, window, rate_window, default_output_tokens
         )
-        self.pricer = PlacementPricer(self.drain, self.ledger)
+        kv = kv_capacity_tokens(cost) if kv_tokens is None else float(kv_tokens)
+        self.pricer = PlacementPricer(self.drain, self.ledger, kv)
         self.balance = float(balance)
         self.min_match_chunks = int(min_match_chunks)
         self.slack = slack
@@ -157,6 +161,8 @@ class FeatherRule(RoutingRule):
                 self.add_replica(r, now)
         if not cands:
             return []
+        # a replica without KV free for the request's life is no option while another has it
+        cands = [r for r in cands if self.pricer.fits(request, r, now)] or cands
         eligible = self._eligible(cands, loads)
         own_loads = self.ledger.loads
         load = {r: max(loads.get(r, 0), own_loads.get(r, 0)) for r in cands}
@@ -173,9 +179,8 @@ class FeatherRule(RoutingRule):
             first = [self._spill(request, holders, eligible, load, now)]
             self.stats["spilled" if first[0] not in holders else "kept"] += 1
         else:
-            fewest = min(self.groups(r) for r in eligible)
-            opening = sorted((r for r in eligible if self.groups(r) == fewest), key=load.get)
-            first = [self.pricer.cheapest(request, opening, now)]
+            res = self.ledger.resident
+            first = [min(cands, key=lambda r: (res[r], load[r]))]
             self.stats["new_group"] += 1
         rest = sorted((r for r in cands if r not in first), key=lambda r: (-depth[r], load[r]))
         return [first, rest]
