@@ -26,8 +26,11 @@ class FeatherRule(RoutingRule):
     requests are in flight (mean 1: cap 2); over many requests it vanishes against the mean.
     Among eligible replicas: the ones holding the request's deepest prefix (at least
     `min_match_chunks` chunks), least loaded first; if none holds any of it, the request
-    opens a group on the eligible replica, among those running the fewest groups, that the
-    drain forecast prices lowest (beside prefixes it fits in the cache with).
+    opens a group on the eligible replica, among those running at most one group more than
+    the fewest, with the least prefix KV resident (its share of the cluster's prefix work).
+    Before all of this, a replica without KV free for the request's whole life (its
+    outstanding requests at their longest, plus this one: `PlacementPricer.fits`) is no
+    option while another has it.
 
     When a group's holders are all at the bound (`_spill`): an idle replica takes the
     request unless it would finish sooner behind a holder's queue (a cold replica pays the
@@ -138,12 +141,18 @@ class FeatherRule(RoutingRule):
             return pricer.cheapest(request, [holder, target], now)
         return holder  # a busy replica would not serve the group better
 
+    def _cap_load(self, load: Mapping[str, int]) -> int:
+        """The most requests a replica may queue after taking one more (the bound)."""
+        n = len(load)
+        slack = n if self.slack is None else self.slack
+        return math.ceil(self.balance * (sum(load.values()) + 1) / n) + slack
+
     def _eligible(self, candidates: Sequence[str], loads: Mapping[str, int]) -> list[str]:
         n = len(candidates)
         slack = n if self.slack is None else self.slack
         own_loads, own_shares = self.ledger.loads, self.ledger.shares
         load = {r: max(loads.get(r, 0), own_loads.get(r, 0)) for r in candidates}
-        cap_load = math.ceil(self.balance * (sum(load.values()) + 1) / n) + slack
+        cap_load = self._cap_load(load)
         share = {r: own_shares.get(r, 0.0) for r in candidates}
         cap_share = math.ceil(self.balance * (sum(share.values()) + 1) / n) + slack
         both = [r for r in candidates if load[r] + 1 <= cap_load and share[r] + 1 <= cap_share]
@@ -179,8 +188,13 @@ class FeatherRule(RoutingRule):
             first = [self._spill(request, holders, eligible, load, now)]
             self.stats["spilled" if first[0] not in holders else "kept"] += 1
         else:
+            # a new group: among the eligible replicas running at most one group more than the
+            # fewest, the least KV-resident (a group's work grows with its prefix, which a
+            # count of groups does not see; the count keeps members' decode work even)
             res = self.ledger.resident
-            first = [min(cands, key=lambda r: (res[r], load[r]))]
+            fewest = min(self.groups(r) for r in eligible)
+            opening = [r for r in eligible if self.groups(r) <= fewest + 1]
+            first = [min(opening, key=lambda r: (res[r], load[r]))]
             self.stats["new_group"] += 1
         rest = sorted((r for r in cands if r not in first), key=lambda r: (-depth[r], load[r]))
         return [first, rest]

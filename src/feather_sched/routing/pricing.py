@@ -37,7 +37,8 @@ class PlacementPricer:
             prompt = -(-prompt // ledger.chars_per_token)
         running = min(prompt, ledger.depth(request, replica, now, True) * ledger.chunk_tokens)
         need = prompt - running + ledger.expected_output(request)
-        return ledger.forecasts[replica].kv_tokens + need <= self.kv_tokens
+        f = ledger.forecasts.get(replica)
+        return (f.kv_tokens if f else 0.0) + need <= self.kv_tokens
 
     def running_depth(self, request: RoutingRequest, now: float) -> int:
         """Leading chunks of the request's prompt that some replica is running."""
