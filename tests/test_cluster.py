@@ -247,3 +247,68 @@ def test_cluster_rows_have_every_declared_cluster_column():
     rows = run_cluster_bench(spec)
     missing = {c.key for c in columns_of(CLUSTER, "pow2") if c.key not in rows[0]}
     assert not missing
+
+
+def test_cluster_pairs_split_router_from_replica_policy():
+    """Router and replica policy are two choices: neither given runs the three deployments
+    and the two swaps; routers x policies runs every pair; a pair may be named whole."""
+    from feather_lab.bench.cluster import DEFAULT_PAIRS, parse_pairs
+
+    assert parse_pairs(None, None) == list(DEFAULT_PAIRS)
+    assert ("prefix-affinity", "feather") in DEFAULT_PAIRS and ("feather", "fcfs") in DEFAULT_PAIRS
+    assert parse_pairs(["pow2", "feather"], None) == [("pow2", "fcfs"), ("feather", "feather")]
+    assert parse_pairs(["pow2", "feather"], ["fcfs", "feather"]) == [
+        ("pow2", "fcfs"),
+        ("pow2", "feather"),
+        ("feather", "fcfs"),
+        ("feather", "feather"),
+    ]
+    assert parse_pairs(["feather/fcfs"], None) == [("feather", "fcfs")]
+    with pytest.raises(ValueError, match="names its policy"):
+        parse_pairs(["feather/fcfs"], ["feather"])
+    with pytest.raises(ValueError, match="unknown replica policies"):
+        ClusterBenchSpec(routers=("pow2/nope",)).validate()
+
+
+def test_cluster_bench_split_rows_compare_pairs():
+    spec = ClusterBenchSpec(
+        base=BenchSpec(workloads=("document-qa",)),
+        replicas=2,
+        routers=("prefix-affinity", "feather"),
+        policies=("fcfs", "feather"),
+    )
+    rows = run_cluster_bench(spec)
+    assert [f"{r['router']}/{r['policy']}" for r in rows] == [
+        "prefix-affinity/fcfs",
+        "prefix-affinity/feather",
+        "feather/fcfs",
+        "feather/feather",
+    ]
+    by = {f"{r['router']}/{r['policy']}": r for r in rows}
+    swap = by["feather/fcfs"]
+    want = swap["output_tok_s"] / by["prefix-affinity/fcfs"]["output_tok_s"]
+    assert swap["vs_prefix-affinity/fcfs"] == pytest.approx(want, abs=1e-3)
+    # each router as deployed: prefix-affinity over fcfs, feather over feather
+    assert swap["vs_prefix-affinity"] == swap["vs_prefix-affinity/fcfs"]
+    assert swap["vs_feather"] == swap["vs_feather/feather"]
+
+
+def test_cli_bench_replicas_policies(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from feather_lab.cli import app
+
+    out, plot = tmp_path / "c.json", tmp_path / "c.png"
+    args = ["bench", "--replicas", "2", "--routers", "feather", "--policies", "fcfs,feather"]
+    args += ["-w", "document-qa", "--json", str(out), "--plot", str(plot)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["router"], r["policy"]) for r in rows] == [
+        ("feather", "fcfs"),
+        ("feather", "feather"),
+    ]
+    bad = CliRunner().invoke(app, [*args[:5], "--policies", "nope", "-w", "document-qa"])
+    assert bad.exit_code == 2 and "nope" in bad.output

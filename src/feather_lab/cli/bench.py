@@ -117,7 +117,8 @@ def bench(
     if replicas is not None or routers is not None:
         from feather_lab.bench.cluster import cli_cluster_bench
 
-        return cli_cluster_bench(spec, replicas or 4, routers, (json_out, plot), fail)
+        outputs = (json_out, plot)
+        return cli_cluster_bench(spec, replicas or 4, routers, outputs, fail, opts["policies"])
     _bench_sim(spec, json_out, plot)
 
 

@@ -169,8 +169,10 @@ BenchReplicas = Annotated[
 BenchRouters = Annotated[
     str | None,
     typer.Option(
-        help="With --replicas: comma-separated routers (pow2, prefix-affinity, feather; "
-        "default all three), each over its replica policy (fcfs, fcfs, feather).",
+        help="With --replicas: comma-separated routers (pow2, prefix-affinity, feather), "
+        "each over its replica policy (fcfs, fcfs, feather) or over each of --policies; an "
+        "entry may name its pair (router/policy). Default: those three pairs, "
+        "prefix-affinity/feather and feather/fcfs.",
     ),
 ]
 SchedulerCpu = Annotated[

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from feather_sched.cost.resolve import cost_options
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.routing.base import RoutingRequest, RoutingRule, Tiers
-from feather_sched.routing.forecast import Booking, DrainModel
+from feather_sched.routing.forecast import Booking, DrainModel, kv_capacity_tokens
 from feather_sched.routing.ledger import ReplicaLedger
 from feather_sched.routing.pricing import PlacementPricer
 
@@ -26,8 +26,11 @@ class FeatherRule(RoutingRule):
     requests are in flight (mean 1: cap 2); over many requests it vanishes against the mean.
     Among eligible replicas: the ones holding the request's deepest prefix (at least
     `min_match_chunks` chunks), least loaded first; if none holds any of it, the request
-    opens a group on the eligible replica, among those running the fewest groups, that the
-    drain forecast prices lowest (beside prefixes it fits in the cache with).
+    opens a group on the eligible replica, among those running at most one group more than
+    the fewest, with the least prefix KV resident (its share of the cluster's prefix work).
+    Before all of this, a replica without KV free for the request's whole life (its
+    outstanding requests at their longest, plus this one: `PlacementPricer.fits`) is no
+    option while another has it.
 
     When a group's holders are all at the bound (`_spill`): an idle replica takes the
     request unless it would finish sooner behind a holder's queue (a cold replica pays the
@@ -63,9 +66,12 @@ class FeatherRule(RoutingRule):
         max_num_seqs: int = 256,
         default_output_tokens: int = 256,
         rate_window: int = 16,
+        kv_tokens: float | None = None,
     ) -> None:
         """`cost`: the step model that prices placements (the drain forecast); from profile
-        names, `feather_rule(hardware=..., model=...)`. The others: the class docstring and
+        names, `feather_rule(hardware=..., model=...)`. `kv_tokens`: a replica's KV cache in
+        tokens (the engine's blocks x block size; None: as an engine sizes it from `cost`'s
+        profiles, `kv_capacity_tokens`). The others: the class docstring and
         `ledger.ReplicaLedger`."""
         if balance < 1.0:
             raise ValueError(f"balance must be >= 1, got {balance}")
@@ -73,7 +79,8 @@ class FeatherRule(RoutingRule):
         self.ledger = ReplicaLedger(
             chunk_tokens, chars_per_token, cache_ttl_s, window, rate_window, default_output_tokens
         )
-        self.pricer = PlacementPricer(self.drain, self.ledger)
+        kv = kv_capacity_tokens(cost) if kv_tokens is None else float(kv_tokens)
+        self.pricer = PlacementPricer(self.drain, self.ledger, kv)
         self.balance = float(balance)
         self.min_match_chunks = int(min_match_chunks)
         self.slack = slack
@@ -134,12 +141,18 @@ class FeatherRule(RoutingRule):
             return pricer.cheapest(request, [holder, target], now)
         return holder  # a busy replica would not serve the group better
 
+    def _cap_load(self, load: Mapping[str, int]) -> int:
+        """The most requests a replica may queue after taking one more (the bound)."""
+        n = len(load)
+        slack = n if self.slack is None else self.slack
+        return math.ceil(self.balance * (sum(load.values()) + 1) / n) + slack
+
     def _eligible(self, candidates: Sequence[str], loads: Mapping[str, int]) -> list[str]:
         n = len(candidates)
         slack = n if self.slack is None else self.slack
         own_loads, own_shares = self.ledger.loads, self.ledger.shares
         load = {r: max(loads.get(r, 0), own_loads.get(r, 0)) for r in candidates}
-        cap_load = math.ceil(self.balance * (sum(load.values()) + 1) / n) + slack
+        cap_load = self._cap_load(load)
         share = {r: own_shares.get(r, 0.0) for r in candidates}
         cap_share = math.ceil(self.balance * (sum(share.values()) + 1) / n) + slack
         both = [r for r in candidates if load[r] + 1 <= cap_load and share[r] + 1 <= cap_share]
@@ -157,6 +170,8 @@ class FeatherRule(RoutingRule):
                 self.add_replica(r, now)
         if not cands:
             return []
+        # a replica without KV free for the request's life is no option while another has it
+        cands = [r for r in cands if self.pricer.fits(request, r, now)] or cands
         eligible = self._eligible(cands, loads)
         own_loads = self.ledger.loads
         load = {r: max(loads.get(r, 0), own_loads.get(r, 0)) for r in cands}
@@ -173,9 +188,13 @@ class FeatherRule(RoutingRule):
             first = [self._spill(request, holders, eligible, load, now)]
             self.stats["spilled" if first[0] not in holders else "kept"] += 1
         else:
+            # a new group: among the eligible replicas running at most one group more than the
+            # fewest, the least KV-resident (a group's work grows with its prefix, which a
+            # count of groups does not see; the count keeps members' decode work even)
+            res = self.ledger.resident
             fewest = min(self.groups(r) for r in eligible)
-            opening = sorted((r for r in eligible if self.groups(r) == fewest), key=load.get)
-            first = [self.pricer.cheapest(request, opening, now)]
+            opening = [r for r in eligible if self.groups(r) <= fewest + 1]
+            first = [min(opening, key=lambda r: (res[r], load[r]))]
             self.stats["new_group"] += 1
         rest = sorted((r for r in cands if r not in first), key=lambda r: (-depth[r], load[r]))
         return [first, rest]

@@ -92,6 +92,12 @@ class ReplicaForecast:
         f.add(b)
         return f
 
+    @property
+    def kv_tokens(self) -> float:
+        """KV its outstanding requests hold at their longest: each shared prefix once, the
+        rest of every prompt, and every expected output token."""
+        return self.prompt - self.shared_logical + self.shared_unique + self.output
+
     def members_of(self, group) -> int:
         g = self.groups.get(group)
         return g.members if g else 0
@@ -116,6 +122,19 @@ def _joined_shared(g: _Group, b: Booking) -> int:
     if not b.shared:
         return g.shared
     return b.shared if g.shared == 0 else min(g.shared, b.shared)
+
+
+def kv_capacity_tokens(
+    cost: StepCostModel, utilization: float = 0.9, reserve: float = 2e9
+) -> float:
+    """A replica's KV cache in tokens as an engine sizes it from its profile (vLLM's
+    `gpu_memory_utilization` of the memory, less the weights and an activation reserve);
+    inf when the hardware profile gives no memory."""
+    memory = cost.hardware.memory_bytes
+    if memory <= 0:
+        return math.inf
+    free = memory * utilization - cost.model.weight_bytes - reserve
+    return max(0.0, free / cost.model.kv_bytes_per_token)
 
 
 class DrainModel:

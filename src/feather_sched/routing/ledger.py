@@ -54,6 +54,9 @@ class ReplicaLedger:
         self.loads: dict[str, int] = {}
         self.shares: dict[str, float] = {}
         self.groups: dict[str, dict[Key, int]] = {}
+        self.resident: dict[str, int] = {}
+        """Prompt chunks each replica runs or has cached (the ledger's holds): its share of
+        the cluster's prefix KV."""
         self._arrivals: dict[str, deque] = {}
         self._holds: dict[Key, dict[str, _Hold]] = {}
         self._routed: dict[str, tuple[str, list[Key], Booking]] = {}
@@ -69,6 +72,7 @@ class ReplicaLedger:
         shares = [self.shares[r] for r in self.shares]
         self.shares[replica] = sum(shares) / len(shares) if shares else 0.0
         self.groups[replica] = {}
+        self.resident[replica] = 0
         self.forecasts[replica] = ReplicaForecast()
         self._arrivals[replica] = deque(maxlen=self.rate_window)
 
@@ -76,7 +80,14 @@ class ReplicaLedger:
         if replica not in self.replicas:
             return
         del self.replicas[replica]
-        for d in (self.loads, self.shares, self.groups, self.forecasts, self._arrivals):
+        for d in (
+            self.loads,
+            self.shares,
+            self.groups,
+            self.resident,
+            self.forecasts,
+            self._arrivals,
+        ):
             d.pop(replica, None)
         for key in list(self._holds):
             holders = self._holds[key]
@@ -131,7 +142,11 @@ class ReplicaLedger:
         self.forecasts[replica].add(booking)
         keys = self.keys(request)
         for key in keys:
-            h = self._holds.setdefault(key, {}).setdefault(replica, _Hold())
+            holders = self._holds.setdefault(key, {})
+            h = holders.get(replica)
+            if h is None:
+                h = holders[replica] = _Hold()
+                self.resident[replica] += 1
             h.outstanding += 1
             h.last = now
         if keys:
@@ -159,6 +174,7 @@ class ReplicaLedger:
                 if not h.outstanding and now - h.last > self.cache_ttl_s
             ]:
                 del holders[r]
+                self.resident[r] -= 1
             if not holders:
                 del self._holds[key]
 

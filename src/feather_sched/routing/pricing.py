@@ -17,9 +17,28 @@ from feather_sched.routing.ledger import ReplicaLedger
 class PlacementPricer:
     """Prices placements for Feather's router: drains, who keeps up with its arrivals."""
 
-    def __init__(self, drain: DrainModel, ledger: ReplicaLedger) -> None:
+    def __init__(
+        self, drain: DrainModel, ledger: ReplicaLedger, kv_tokens: float = math.inf
+    ) -> None:
         self.drain = drain
         self.ledger = ledger
+        self.kv_tokens = kv_tokens
+        """A replica's KV cache in tokens (inf: unknown, every replica holds anything)."""
+
+    def fits(self, request: RoutingRequest, replica: str, now: float) -> bool:
+        """Whether `replica` has KV free for `request`'s whole life: its outstanding
+        requests at their longest, plus this prompt less what it already runs of it, plus
+        its expected output."""
+        if math.isinf(self.kv_tokens):
+            return True
+        ledger = self.ledger
+        prompt = request.length
+        if request.tokens is None:
+            prompt = -(-prompt // ledger.chars_per_token)
+        running = min(prompt, ledger.depth(request, replica, now, True) * ledger.chunk_tokens)
+        need = prompt - running + ledger.expected_output(request)
+        f = ledger.forecasts.get(replica)
+        return (f.kv_tokens if f else 0.0) + need <= self.kv_tokens
 
     def running_depth(self, request: RoutingRequest, now: float) -> int:
         """Leading chunks of the request's prompt that some replica is running."""
