@@ -67,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(HERE))
     from core_state import STATE_ENV
 
-    from feather_lab.bench.machine import write_record
-    from feather_lab.bench.runner import config_provenance
+    from feather_lab.bench.machine import config_provenance, write_record
     from feather_lab.harness.vllm_engine import engine_env_defaults, model_dir
     from feather_lab.harness.vllm_run import run_once
     from feather_lab.harness.vllm_spec import VllmBenchSpec, engine_workload

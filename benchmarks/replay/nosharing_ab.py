@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     from replay_ab import server_specs
     from replay_cpu import _held
 
-    from feather_lab.bench.runner import config_provenance
+    from feather_lab.bench.machine import config_provenance
     from feather_lab.bench.suite import BenchSpec
     from feather_lab.harness.vllm_server import served
     from feather_lab.replay.client import preflight

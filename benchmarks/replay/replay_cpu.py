@@ -40,8 +40,7 @@ from typing import Any
 
 from replay_ab import MODEL_IN_CORE_HELP, PRIOR, SCENARIOS, server_specs
 
-from feather_lab.bench.machine import write_record
-from feather_lab.bench.runner import config_provenance
+from feather_lab.bench.machine import config_provenance, write_record
 from feather_lab.bench.suite import BenchSpec
 from feather_lab.harness.vllm_server import Served, machine_busy_s, process_cpu_s, served
 from feather_lab.replay.client import ClientOptions, preflight

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
+import subprocess
 from pathlib import Path
+from typing import Any
 
 
 def _cpu_model() -> str:
@@ -64,8 +67,6 @@ def provenance() -> dict:
     import sys
     from datetime import datetime, timezone
 
-    from feather_lab.bench.runner import git_commit
-
     argv = ["feather" if sys.argv[0].endswith("__main__.py") else sys.argv[0]]
     return {
         "command": " ".join([*argv, *sys.argv[1:]]),
@@ -78,3 +79,38 @@ def write_record(path: str | os.PathLike, **fields: object) -> None:
     """A benchmark's JSON record: the machine it ran on and how it was made, then its fields
     (rows, config)."""
     write_json(path, {"machine": machine_info(), "provenance": provenance(), **fields})
+
+
+def package_version() -> str:
+    from feather_sched import __version__
+
+    return __version__
+
+
+@functools.cache
+def git_commit() -> str | None:
+    """The source tree's git commit (with `+dirty` when it has changes), or None."""
+    src = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(src), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "") if head else None
+
+
+def config_provenance() -> dict[str, Any]:
+    """What produced a record: the package version and its git commit (None outside git)."""
+    return {"feather_version": package_version(), "git_commit": git_commit()}

@@ -22,7 +22,7 @@ from feather_sched.cost.step_model import StepCostModel
 from feather_sched.request import Request
 
 if TYPE_CHECKING:
-    from feather_lab.bench.suite import BenchSpec
+    from feather_lab.bench.spec import BenchSpec
 
 MAX_ARRIVAL_SPAN_S = 30 * 24 * 3600.0
 """A workload whose arrivals span more than this (30 days) is refused: almost surely a

@@ -10,8 +10,6 @@ finished so far (record marked `interrupted`, exit status 130).
 
 from __future__ import annotations
 
-import functools
-import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -19,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from feather_lab.bench.columns import legend
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.machine import config_provenance, write_record
 from feather_lab.bench.output import (
     BenchProgress,
     check_output_path,
@@ -42,41 +40,6 @@ from feather_lab.bench.suite import (
 from feather_lab.bench.summary import summary_text
 from feather_lab.sim.scheduler_cpu import load_scheduler_cpu
 from feather_sched.cost import load_hardware
-
-
-def package_version() -> str:
-    from feather_sched import __version__
-
-    return __version__
-
-
-@functools.cache
-def git_commit() -> str | None:
-    """The source tree's git commit (with `+dirty` when it has changes), or None."""
-    src = Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(src), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head + ("+dirty" if dirty else "") if head else None
-
-
-def config_provenance() -> dict[str, Any]:
-    """What produced a record: the package version and its git commit (None outside git)."""
-    return {"feather_version": package_version(), "git_commit": git_commit()}
 
 
 def hardware_provenance(hardware: str) -> dict[str, str]:

@@ -291,9 +291,9 @@ def _report_bench(
 ) -> None:
     """The real-engine bench's report: the table with its legend, the summary over the
     engine's own scheduler (`baseline`), the JSON record (first), the plot."""
+    from feather_lab.bench.machine import config_provenance
     from feather_lab.bench.output import replacing, results_text, terminal_width
     from feather_lab.bench.report import plot_results
-    from feather_lab.bench.runner import config_provenance
     from feather_lab.bench.summary import summary_text
 
     json_out, plot = outputs

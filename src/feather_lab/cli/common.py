@@ -26,7 +26,7 @@ err_console = Console(stderr=True)
 
 def _print_version(value: bool) -> None:
     if value:
-        from feather_lab.bench.runner import git_commit, package_version
+        from feather_lab.bench.machine import git_commit, package_version
 
         commit = git_commit()
         print(f"feather {package_version()}" + (f" (git {commit})" if commit else ""))

@@ -182,8 +182,8 @@ def _report(
     runs: list[dict], opts: dict[str, Any], labels: tuple, endpoints: list, interrupted: bool
 ) -> None:
     """The median rows' table, the A/B table and the JSON record (written first)."""
+    from feather_lab.bench.machine import config_provenance
     from feather_lab.bench.output import results_text, terminal_width
-    from feather_lab.bench.runner import config_provenance
     from feather_lab.replay.report import ab_text, replay_config
 
     json_out: Path = opts["json_out"]

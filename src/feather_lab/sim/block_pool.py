@@ -165,3 +165,16 @@ class BlockPool:
                 hsh[b] = h
                 added += 1
         return added
+
+
+class SeqBlocks:
+    """A sequence's block table, resident token count and committed blocks."""
+
+    __slots__ = ("blocks", "capacity", "num_committed", "num_tokens")
+
+    def __init__(self, blocks: list[int], num_tokens: int, capacity: int, num_committed: int):
+        self.blocks = blocks
+        self.num_tokens = num_tokens
+        self.capacity = capacity  # len(blocks) * block_size
+        # Leading blocks already handled by commit (hits or registered/duplicates).
+        self.num_committed = num_committed

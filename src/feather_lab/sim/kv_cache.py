@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from feather_lab.sim.block_hash import block_hashes
+from feather_lab.sim.block_pool import SeqBlocks
 from feather_lab.sim.kv_invariants import CheckedBlockPool, KVCacheInvariantError
 
 __all__ = [
@@ -20,19 +21,6 @@ __all__ = [
     "PagedKVCache",
     "block_hashes",
 ]
-
-
-class SeqBlocks:
-    """A sequence's block table, resident token count and committed blocks."""
-
-    __slots__ = ("blocks", "capacity", "num_committed", "num_tokens")
-
-    def __init__(self, blocks: list[int], num_tokens: int, capacity: int, num_committed: int):
-        self.blocks = blocks
-        self.num_tokens = num_tokens
-        self.capacity = capacity  # len(blocks) * block_size
-        # Leading blocks already handled by commit (hits or registered/duplicates).
-        self.num_committed = num_committed
 
 
 class PagedKVCache(CheckedBlockPool):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NoReturn
 from feather_lab.sim.block_pool import BlockPool
 
 if TYPE_CHECKING:
-    from feather_lab.sim.kv_cache import SeqBlocks
+    from feather_lab.sim.block_pool import SeqBlocks
 
 
 class KVCacheInvariantError(AssertionError):
