@@ -1,1 +1,1 @@
-"""policies."""
+"""Every admission policy behind one interface (`base.Policy`), by name in `registry`."""
