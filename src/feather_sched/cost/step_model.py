@@ -1,67 +1,10 @@
 """Step-time model: how long one engine iteration takes on given hardware.
 
-Roofline with a KV-locality term::
-
-    total    = max(compute_s, memory_s) + step_overhead_s + per_seq_overhead_s * sequences
-    compute  = (flops_per_token * new_tokens + attn_flops_per_pair * attention_pairs)
-               / (peak_flops * compute_efficiency)
-    memory   = (weight_bytes_per_step + (kv_tokens_read + new_tokens) * kv_bytes_per_token)
-               / (mem_bandwidth_Bps * bandwidth_efficiency)
-
-``new_tokens`` (decode tokens plus prefill tokens) have their KV written once;
-``attention_pairs`` is ``logical_kv_tokens + prefill_attn_pairs``: each decode
-sequence has one query over its context, so its pairs equal its logical KV reads;
-a prefill sequence's logical reads are added once on top of its query x context
-pairs (a relative overcount of 1/chunk, negligible).
-
-``kv_tokens_read`` (tokens whose KV comes from HBM) depends on the kernel:
-
-* ``KernelMode.IDEAL``: an ideal prefix-sharing kernel (FlashInfer cascade,
-  Hydragen) reads every distinct KV block once per step: ``unique_kv_tokens``.
-* ``KernelMode.PAGED``: a plain paged kernel; every sequence reads its whole
-  context. Private reads (blocks only one sequence reads) always go to HBM. For
-  blocks that several sequences read, the first read goes to HBM and the repeats
-  hit the cache with probability ``h``::
-
-      kv_tokens_read = (logical - shared_logical) + shared_unique
-                       + (1 - h) * (shared_logical - shared_unique)
-
-  so it spans ``unique_kv_tokens`` (h = 1, same as IDEAL) to ``logical_kv_tokens``.
-A read that hits the cache is not free everywhere: it costs ``cache_read_cost`` of a
-memory read (a hardware field; 0 on GPUs, ~0.3 for a CPU's L3 against its DRAM), so
-``memory`` adds ``cache_read_cost * (logical - kv_tokens_read) * kv_bytes_per_token``.
-
-The cache-reuse model (the paper's effect). Attention runs layer by layer, and the
-weights and MLP activations streamed between two attention kernels evict what the
-previous layer left, so what must stay resident for reuse is one layer's shared
-KV: ``W = shared_unique_kv_tokens * kv_bytes_per_token_per_layer``. With usable
-cache ``C = cache_bytes * cache_efficiency``::
-
-    h = 1                          if W <= C
-    h = (C / W) ** reuse_exponent  otherwise
-
-A reader that cycles over more data than an LRU cache holds misses on every access,
-so reuse must fall off quickly past capacity; real GPU L2 is not strict LRU and the
-readers overlap in time, so it is not a cliff either. ``reuse_exponent`` = 1 (hits
-proportional to the fraction that fits) is the default; larger values approach the
-LRU cliff. Both ``cache_efficiency`` and ``reuse_exponent`` are hardware-profile
-fields fitted by ``feather calibrate``.
-
-Sequential kernels (``sequential_attention`` hardware): a CPU attention kernel on one
-thread walks the batch's sequences one after another, so a repeat read of a shared
-block hits when the KV streamed *since its last reader* fits the cache, whatever the
-rest of the batch holds: a batch whose groups sit adjacent (prefix-grouped admission)
-reuses every prefix, the same batch interleaved (a shuffled queue) reuses none once a
-few prefixes overflow the cache. For such hardware the working set is
-``W = shared_span_tokens * kv_bytes_per_token_per_layer``, the mean KV streamed between
-two reads of a shared block (measured on vLLM's CPU kernel: 256 sequences of 32
-2,048-token prefixes decode in 300 ms grouped, 475 ms interleaved).
-
-Known limitation (on purpose, kept simple): on other hardware the working set is the
-batch's whole shared KV of one layer, even though concurrently running thread blocks of one group
-tend to touch the same blocks at about the same time, which could give some reuse
-beyond this estimate. Calibration against homogeneous vs mixed batches decides.
-"""
+A roofline (`max(compute, memory)` plus fixed and per-sequence overheads) with a KV-locality
+term: repeat reads of shared prefix blocks hit the cache while one layer's shared working set
+fits it (on a sequential CPU kernel: the KV streamed between two reads of a block), the rest
+goes to memory. An ideal prefix-sharing kernel reads each distinct block once. The formulas and
+their assumptions: docs/simulator.md, "The step-time model"."""
 
 from __future__ import annotations
 
