@@ -20,8 +20,8 @@ from feather_sched.policies.vllm_cache_aware import (
     VllmCacheAwarePolicy,
 )
 from feather_sched.request import Request
-from tests.test_policies import FakeView, distinct, order
-from tests.test_policies import small_workloads as _small_workloads
+from test_policies import FakeView, distinct, order
+from test_policies import small_workloads as _small_workloads
 
 COST = StepCostModel("h100-free-l2", "llama-3-8b")
 

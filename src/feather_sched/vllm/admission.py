@@ -344,8 +344,10 @@ class VllmSchedulerView:
     def is_plain_waiting(self, request_id: str) -> bool:
         """vLLM 0.34's "plain" waiting request: status WAITING, no computed tokens."""
         req = self._c.scheduler.requests.get(request_id)
-        return req is not None and req.status == RequestStatus.WAITING and not (
-            req.num_computed_tokens
+        return (
+            req is not None
+            and req.status == RequestStatus.WAITING
+            and not (req.num_computed_tokens)
         )
 
     # KvView (policies/kv_gate.py)
