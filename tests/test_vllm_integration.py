@@ -34,6 +34,7 @@ vllm = require(
 from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.inputs import TokensPrompt  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.request import RequestStatus  # noqa: E402
 
 from eager_kv_gate import EagerKvGate  # noqa: E402
 from feather_lab.harness.tiny_llama import TINY_LLAMA, build_tiny_llama  # noqa: E402
@@ -575,3 +576,37 @@ def test_calibrate_measures_shared_blocks(default_llm) -> None:
     shape = decode[0].shape
     assert shape.num_decode == 4 and shape.shared_unique_kv_tokens == 2 * 2 * BLOCK
     assert any(s.kind == "prefill" and s.shape.num_prefill_tokens for s in samples)
+
+
+def test_vllm_cache_aware_runs_vllm_034s_rule_on_the_engine(
+    default_llm, feather_llm, feather
+) -> None:
+    """vllm-cache-aware through FeatherScheduler: vLLM 0.34's window reproduced on 0.32.
+    The window reorders (threshold 0: every step), its inputs are vLLM's own (usage, request
+    statuses), and every request finishes once with its length and vLLM's greedy output."""
+    from feather_sched.policies.vllm_cache_aware import VllmCacheAwarePolicy
+
+    policy = VllmCacheAwarePolicy(threshold=0.0)
+    feather.feather.policy = policy
+    errors = feather.feather.stats.policy_errors
+    seen: list[bool] = []
+    reorder = policy._reorder
+
+    def checked(view) -> None:
+        assert view.kv_usage == feather.kv_cache_manager.usage
+        for rid in view.waiting_ids():
+            req = feather.requests[rid]
+            plain = req.status == RequestStatus.WAITING and not req.num_computed_tokens
+            assert view.is_plain_waiting(rid) is plain
+            seen.append(plain)
+        reorder(view)
+
+    policy._reorder = checked
+    prompts, lengths = workload(seed=5, n=32, groups=8)
+    expected = generate(default_llm, prompts, lengths)
+    got = generate(feather_llm, prompts, lengths)
+    assert [len(t) for t in got] == lengths
+    assert got == expected
+    assert policy.reorders > 0, "the workload was meant to reorder the window"
+    assert seen and feather.feather.stats.policy_errors == errors
+    assert_index_empty(feather)

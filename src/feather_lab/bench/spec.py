@@ -25,6 +25,7 @@ SUITE: dict[str, Preset] = PRESETS["sim"]
 DEFAULT_WORKLOADS = list(SUITE)
 DEFAULT_POLICIES = [
     "fcfs",
+    "vllm-cache-aware",
     "lpm",
     "dfs-weight",
     "lof",

@@ -57,7 +57,10 @@ class SimAdmission(SimView):
         cfg = self.config
         running = self._running
         can_admit = not preempted or not running
-        if not (can_admit and self._waiting and budget > 0 and len(running) < cfg.max_num_seqs):
+        if not (can_admit and self._waiting):
+            return
+        if budget <= 0 or len(running) >= cfg.max_num_seqs:
+            self.host.idle(self)
             return
         waiting = len(self._waiting)
         t0 = time.perf_counter()

@@ -148,6 +148,7 @@ _FEATHER_HOST = "feather-host"
 _FEATHER_OTHER = "feather-other"
 _POLICIES = {
     "fcfs": "fcfs",
+    "vllm-cache-aware": "fcfs",  # FCFS's pass; its window's prefix probes are not priced
     "lpm": "lpm",
     "hrrn": "hrrn",
     "shortest-prefill-first": "shortest-prefill-first",

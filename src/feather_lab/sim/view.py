@@ -94,6 +94,16 @@ class SimView(Hosted):
         target = seq.req.prompt_len + seq.generated
         return self.kv.prefix_hit_tokens_lookup(seq.hashes, target) // self.config.block_size
 
+    # CacheAwareView (policies/vllm_cache_aware.py)
+    @property
+    def kv_usage(self) -> float:
+        return 1.0 - self.kv.num_free_blocks / self.num_kv_blocks if self.num_kv_blocks else 0.0
+
+    def is_plain_waiting(self, request_id: str) -> bool:
+        """Never preempted: the simulator has no blocked statuses, and a preempted request
+        restarts from nothing (vLLM's PREEMPTED status tells it apart)."""
+        return self._seqs[request_id].preemptions == 0
+
     @property
     def free_kv_blocks(self) -> int:
         return self.kv.num_free_blocks

@@ -84,6 +84,13 @@ class PolicyHost:
         except Exception as err:
             self.failed(err)
 
+    def idle(self, view: SchedulerView) -> None:
+        """A step whose waiting phase had no room to admit (`Policy.idle_pass`)."""
+        try:
+            self.policy.idle_pass(view)
+        except Exception as err:
+            self.failed(err)
+
     def failed(self, err: BaseException) -> None:
         """Count a policy failure and log the first one; re-raise where the host is strict."""
         if self.strict:

@@ -80,6 +80,12 @@ class Policy(ABC):
     def begin_step(self, view: SchedulerView) -> None:  # noqa: B027 - optional hook
         """Called once per step before candidates are asked for (e.g. compute priorities)."""
 
+    def idle_pass(self, view: SchedulerView) -> None:  # noqa: B027 - optional hook
+        """The host reached its waiting phase with requests waiting but no room to admit
+        (token budget spent, or `max_num_seqs` running), so it asks for no candidates this
+        step. A policy that keeps the engine's queue order across steps updates it here, as
+        the engine would (vllm-cache-aware)."""
+
     @abstractmethod
     def candidates(self, view: SchedulerView) -> Iterator[str]:
         """Waiting request ids in the order to admit them.

@@ -19,6 +19,7 @@ _POLICIES: dict[str, str] = {
     "shortest-prefill-first": "feather_sched.policies.sglang_baselines:ShortestPrefillFirstPolicy",
     "lof": "feather_sched.policies.sglang_baselines:LOFPolicy",
     "random": "feather_sched.policies.sglang_baselines:RandomPolicy",
+    "vllm-cache-aware": "feather_sched.policies.vllm_cache_aware:VllmCacheAwarePolicy",
     "max-homogeneous": "feather_sched.policies.homogeneous:MaxHomogeneousPolicy",
     "grouped": "feather_sched.policies.grouped:GroupedPolicy",
     "feather": "feather_sched.policies.feather:FeatherPolicy",

@@ -64,6 +64,7 @@ class AdmissionController(Hosted):
         self._stopped = False
         self._pending: list[VllmRequest] = []
         self.preemptions = 0
+        self._preemptions_before = 0
         """Requests vLLM preempted back into the waiting queue (the KV gate reads it)."""
         self.admission_hits: dict[str, int] = {}
         """Prefix-cache hit tokens of the requests vLLM looked up (or skipped) this step: what
@@ -75,12 +76,16 @@ class AdmissionController(Hosted):
         self._step = self._current = None
         self.admission_hits.clear()
         self._stop_after_current = self._stopped = False
+        self._preemptions_before = self.preemptions
 
     def end_schedule(self) -> None:
         """Close the step: settle popped requests and check the books. A request can reach
         `running` without passing our queue (vLLM's kv_holding_waiting, used by KV
         connectors), or leave it for that queue; the counts then differ and the CHT is
-        rebuilt from vLLM's lists (O(requests), only then)."""
+        rebuilt from vLLM's lists (O(requests), only then). A step that preempted nothing
+        but never asked the queue for a candidate (vLLM 0.32 enters its waiting loop only
+        with token budget left) is the policy's `idle_pass`: nothing was admitted, so the
+        cache reads as it did when the loop was skipped."""
         self._settle()
         step, self._step, self._armed = self._step, None, False
         if step is not None:
@@ -89,6 +94,8 @@ class AdmissionController(Hosted):
         if cht.num_running != len(sched.running) or cht.num_waiting != len(queue):
             self.stats.resyncs += 1
             self.index.resync(sched.running, iter(queue), time.time())
+        if step is None and queue.inner and self.preemptions == self._preemptions_before:
+            self.host.idle(self.view)
 
     def step_feedback(self, step_time: float, batch_size: int, prefill_tokens: int) -> None:
         """A scheduled step finished: tell the policy (its reward signal)."""
@@ -328,6 +335,20 @@ class VllmSchedulerView:
 
     def block_hashes(self, request_id: str) -> Sequence[int]:
         return self._c.index.block_digests(request_id)
+
+    # CacheAwareView (policies/vllm_cache_aware.py)
+    @property
+    def kv_usage(self) -> float:
+        return self._c.scheduler.kv_cache_manager.usage
+
+    def is_plain_waiting(self, request_id: str) -> bool:
+        """vLLM 0.34's "plain" waiting request: status WAITING, no computed tokens."""
+        req = self._c.scheduler.requests.get(request_id)
+        return (
+            req is not None
+            and req.status == RequestStatus.WAITING
+            and not (req.num_computed_tokens)
+        )
 
     # KvView (policies/kv_gate.py)
     @property

@@ -14,7 +14,10 @@ by name against their source); the scheduler refuses to start on any other versi
 
 What it changes: only the order in which waiting requests are admitted and where admission
 stops (see `vllm_admission`); vLLM still runs every request it admits exactly as before, so
-greedy outputs are unchanged. `FeatherScheduler` picks `FeatherAsyncScheduler` by itself when
+greedy outputs are unchanged. `FEATHER_POLICY=vllm-cache-aware` reproduces vLLM 0.34's
+`--cache-aware-admission-window` (`_reorder_waiting_by_cached_prefix`) on releases without it
+(policies/vllm_cache_aware.py; `FEATHER_POLICY_OPTIONS='{"window": N, "threshold": T}'`).
+`FeatherScheduler` picks `FeatherAsyncScheduler` by itself when
 vLLM runs with async scheduling (the GPU default; vllm/config/vllm.py), so one class name
 serves both; the async one can also be named directly.
 """
