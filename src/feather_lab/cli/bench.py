@@ -50,6 +50,7 @@ from feather_lab.cli.options import (
 )
 from feather_lab.harness.vllm_engine import KvScenario, VllmBenchSpec
 from feather_lab.sim.config import EngineConfig
+from feather_sched.policies.registry import policy_names
 
 BENCH_HELP = (
     "Run the policies on every workload: simulated, on vLLM or on SGLang's loop.\n\n"
@@ -60,8 +61,8 @@ BENCH_HELP = (
     "Writes the JSON record (--json, default feather-bench.json), then the plot (--plot, "
     "default the JSON's name with .png: --json h200.json gives h200.png). An existing file "
     'is replaced, and stderr says so ("replacing feather-bench.json").\n\n'
-    "Default policies: 11 of the 15 (see --policies). With --replicas N: every router on a "
-    "simulated N-replica cluster instead."
+    f"Default policies: {len(DEFAULT_POLICIES)} of the {len(policy_names())} (see --policies). "
+    "With --replicas N: every router on a simulated N-replica cluster instead."
 )
 
 
