@@ -61,7 +61,8 @@ BENCH_HELP = (
     "Writes the JSON record (--json, default feather-bench.json), then the plot (--plot, "
     "default the JSON's name with .png: --json h200.json gives h200.png). An existing file "
     'is replaced, and stderr says so ("replacing feather-bench.json").\n\n'
-    f"Default policies: {len(DEFAULT_POLICIES)} of the {len(policy_names())} (see --policies). "
+    f"Default policies: {len(DEFAULT_POLICIES)} of the {len({*policy_names(), *DEFAULT_POLICIES})} "
+    "(see --policies). "
     "With --replicas N: every router on a simulated N-replica cluster instead."
 )
 
