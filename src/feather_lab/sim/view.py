@@ -46,6 +46,10 @@ class SimView(Hosted):
         self._num_preemptions = 0
         self.block_size = c.block_size  # SchedulerView: the prefix cache's block, in tokens
         self.max_num_seqs = c.max_num_seqs
+        # The step's token budget (`order.GroupingJudge` prices prefill in steps of it), and
+        # whether the scheduler's CPU hides under the GPU step (`order.overlaps_cpu`).
+        self.max_num_batched_tokens = c.max_num_batched_tokens
+        self.overlaps_cpu = c.async_scheduling
         SchedCpuClock.for_run(c.scheduler_cpu, policy.name, c.async_scheduling)  # checked now
 
     @property
@@ -55,16 +59,6 @@ class SimView(Hosted):
     @property
     def num_running(self) -> int:
         return len(self._running)
-
-    @property
-    def max_num_batched_tokens(self) -> int:
-        """The step's token budget (`order.GroupingJudge` prices prefill in steps of it)."""
-        return self.config.max_num_batched_tokens
-
-    @property
-    def overlaps_cpu(self) -> bool:
-        """Whether the scheduler's CPU hides under the GPU step (`order.overlaps_cpu`)."""
-        return self.config.async_scheduling
 
     @property
     def num_waiting(self) -> int:

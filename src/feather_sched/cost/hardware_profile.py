@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from feather_sched.cost.profile_schema import (
     Checks,
@@ -17,7 +16,6 @@ from feather_sched.cost.profile_schema import (
     non_negative,
     positive,
     text,
-    validate_profile,
 )
 
 
@@ -96,9 +94,6 @@ class HardwareProfile(ProfileIO):
         "cache_read_cost",
     )
 
-    def __post_init__(self) -> None:
-        validate_profile(self, self._KIND, self._CHECKS)
-
     @property
     def effective_bandwidth_Bps(self) -> float:
         return self.mem_bandwidth_Bps * self.bandwidth_efficiency
@@ -116,6 +111,3 @@ class HardwareProfile(ProfileIO):
         """`name (provenance)`, as bench headers and listings show a profile."""
         return f"{self.name} ({self.provenance})"
 
-    def replace(self, **changes: Any) -> HardwareProfile:
-        """A validated copy with some fields changed (e.g. fitted efficiencies)."""
-        return dataclasses.replace(self, **changes)

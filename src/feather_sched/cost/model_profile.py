@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from feather_sched.cost.profile_schema import (
     Checks,
@@ -16,7 +15,6 @@ from feather_sched.cost.profile_schema import (
     positive,
     positive_int,
     text,
-    validate_profile,
 )
 
 
@@ -82,16 +80,12 @@ class ModelProfile(ProfileIO):
     }
 
     def __post_init__(self) -> None:
-        validate_profile(self, self._KIND, self._CHECKS)
+        super().__post_init__()
         if self.num_heads % self.num_kv_heads:
             raise ProfileError(
                 f"model profile {self.name!r}: field 'num_kv_heads' must divide num_heads "
                 f"({self.num_heads}), got {self.num_kv_heads}"
             )
-
-    def replace(self, **changes: Any) -> ModelProfile:
-        """A validated copy with some fields changed (e.g. an fp8 KV cache)."""
-        return dataclasses.replace(self, **changes)
 
     # -- parameter counts
     @property

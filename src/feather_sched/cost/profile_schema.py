@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 
 class ProfileError(ValueError):
@@ -105,11 +105,21 @@ def validate_profile(obj: Any, kind: str, checks: Checks) -> None:
     object.__setattr__(obj, "sources", MappingProxyType(dict(sources)))
 
 
+_P = TypeVar("_P", bound="ProfileIO")
+
+
 class ProfileIO:
-    """Shared dict/JSON conversion; subclasses set _KIND and _CHECKS."""
+    """Shared validation, copying and dict/JSON conversion; subclasses set _KIND and _CHECKS."""
 
     _KIND: ClassVar[str]
     _CHECKS: ClassVar[Checks]
+
+    def __post_init__(self) -> None:
+        validate_profile(self, self._KIND, self._CHECKS)
+
+    def replace(self: _P, **changes: Any) -> _P:
+        """A validated copy with some fields changed (fitted efficiencies, an fp8 KV cache)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], name: str | None = None, origin: str = ""):

@@ -211,17 +211,17 @@ class StepCostModel:
         "_crc",
         "_exp",
         "_fpt",
-        "_hw",
         "_ideal",
         "_inv_bw",
         "_inv_flops",
-        "_kernel",
         "_kvb",
-        "_model",
         "_ovh",
         "_seq",
         "_seq_ovh",
         "_w",
+        "hardware",
+        "kernel",
+        "model",
     )
 
     def __init__(
@@ -232,14 +232,14 @@ class StepCostModel:
     ) -> None:
         hw = hardware if isinstance(hardware, HardwareProfile) else load_hardware(hardware)
         m = model if isinstance(model, ModelProfile) else load_model(model)
-        self._hw = hw
-        self._model = m
+        self.hardware: HardwareProfile = hw
+        self.model: ModelProfile = m
         try:
-            self._kernel = KernelMode(kernel)
+            self.kernel: KernelMode = KernelMode(kernel)
         except ValueError:
             valid = ", ".join(k.value for k in KernelMode)
             raise ValueError(f"unknown kernel {kernel!r}; valid: {valid}") from None
-        self._ideal = self._kernel is KernelMode.IDEAL
+        self._ideal = self.kernel is KernelMode.IDEAL
         # Everything step_time needs, pre-multiplied into plain floats.
         self._inv_flops = 1.0 / hw.effective_flops
         self._inv_bw = 1.0 / hw.effective_bandwidth_Bps
@@ -256,18 +256,6 @@ class StepCostModel:
         self._seq_ovh = float(hw.per_seq_overhead_s)
 
     @property
-    def hardware(self) -> HardwareProfile:
-        return self._hw
-
-    @property
-    def model(self) -> ModelProfile:
-        return self._model
-
-    @property
-    def kernel(self) -> KernelMode:
-        return self._kernel
-
-    @property
     def cache_capacity_tokens(self) -> float:
         """Shared prefix tokens whose one-layer KV fits the usable cache."""
         return self._cache_tokens
@@ -280,15 +268,15 @@ class StepCostModel:
     ) -> StepCostModel:
         """A new model with some of hardware, model, kernel swapped."""
         return StepCostModel(
-            self._hw if hardware is None else hardware,
-            self._model if model is None else model,
-            self._kernel if kernel is None else kernel,
+            self.hardware if hardware is None else hardware,
+            self.model if model is None else model,
+            self.kernel if kernel is None else kernel,
         )
 
     def __repr__(self) -> str:
         return (
-            f"StepCostModel(hardware={self._hw.name!r}, model={self._model.name!r}, "
-            f"kernel={self._kernel.value!r})"
+            f"StepCostModel(hardware={self.hardware.name!r}, model={self.model.name!r}, "
+            f"kernel={self.kernel.value!r})"
         )
 
     @property

@@ -114,6 +114,12 @@ class Policy(ABC):
         """Forget per-run state (a fresh simulation)."""
 
 
+def require(ok: bool, message: str) -> None:
+    """A policy option's check: a ValueError naming the value unless `ok`."""
+    if not ok:
+        raise ValueError(message)
+
+
 def is_decode_step(batch_size: int, prefill_tokens: int) -> bool:
     """A step mostly spent on decodes (no more prefill tokens than sequences). Only such
     steps measure what a batch's composition costs: a prefill is a one-off cost every request

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from feather_sched.policies.bandit import BanditTable, Choice
-from feather_sched.policies.base import is_decode_step
+from feather_sched.policies.base import is_decode_step, require
 from feather_sched.policies.features import DecisionState
 
 
@@ -48,12 +48,9 @@ class BanditLearner:
         horizon: int,
         learn: bool = True,
     ) -> None:
-        if horizon < 1:
-            raise ValueError(f"horizon must be >= 1, got {horizon}")
-        if not 0 <= alpha < 1:
-            raise ValueError(f"alpha must be in [0, 1), got {alpha}")
-        if initial_budget < 0:
-            raise ValueError(f"initial_budget must be >= 0, got {initial_budget}")
+        require(horizon >= 1, f"horizon must be >= 1, got {horizon}")
+        require(0 <= alpha < 1, f"alpha must be in [0, 1), got {alpha}")
+        require(initial_budget >= 0, f"initial_budget must be >= 0, got {initial_budget}")
         self.alpha = alpha
         self.confidence = confidence
         self.initial_budget = initial_budget

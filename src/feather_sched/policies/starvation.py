@@ -10,7 +10,7 @@ head that does not fit stays forced until admitted, so it cannot be overtaken fo
 
 from __future__ import annotations
 
-from feather_sched.policies.base import SchedulerView
+from feather_sched.policies.base import SchedulerView, require
 
 WAIT_AVERAGE_WEIGHT = 1 / 64
 """Weight of each admission's wait in the running mean (about the last 64 admissions)."""
@@ -31,12 +31,9 @@ class StarvationGuard:
         share: float = STARVATION_SHARE,
         wait_factor: float = WAIT_FACTOR,
     ):
-        if max_wait_s <= 0:
-            raise ValueError(f"max_wait_s must be > 0, got {max_wait_s}")
-        if not 0 < share <= 1:
-            raise ValueError(f"starvation share must be in (0, 1], got {share}")
-        if wait_factor < 0:
-            raise ValueError(f"wait_factor must be >= 0, got {wait_factor}")
+        require(max_wait_s > 0, f"max_wait_s must be > 0, got {max_wait_s}")
+        require(0 < share <= 1, f"starvation share must be in (0, 1], got {share}")
+        require(wait_factor >= 0, f"wait_factor must be >= 0, got {wait_factor}")
         self.max_wait_s = max_wait_s
         self.share = share
         self.wait_factor = wait_factor
