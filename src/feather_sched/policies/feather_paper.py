@@ -1,41 +1,7 @@
 """`feather-paper`: the paper's contextual bandit exactly as the authors' code runs it.
 
-"Requests of a Feather Must Flock Together" (arXiv 2605.06046). The source is the public
-reproduction sethigeet/gpu-mem-bandwidth-experiments (read at commit ec83a990b3e0), which took
-it "from the supplied Feather vLLM fork":
-vllm_bw/schedulers/chunked_hash_tree/contextual_bandit.py (the bandit),
-vllm_bw/schedulers/policy_request_queues.py (`ChunkedHashTreeBanditRequestQueue`: when it is
-asked and what it remembers), vllm_bw/policy_fork.py (`_configure_scheduler`: where vLLM asks)
-and the tree (`paper_tree`). Our own implementation, point by point:
-
-1. **Where it is asked.** vLLM calls the gate at the top of every turn of its waiting loop,
-   with `current_batch_size = len(self.running)` (requests admitted this pass included). Here:
-   `accept`, once per candidate, with `view.num_running`.
-2. **Order.** The tree's best request: fewest chunks missing from the running set, ties to
-   the first enqueued (`paper_tree`); no fallback to queue order when nothing is shared.
-3. **Empty batch: ADD**, unrecorded (the queue clears its decision list and returns before
-   the bandit).
-4. **Shortcut: ADD when the common prefix is kept and non-empty** (`chunks_before ==
-   chunks_after > 0`). Everything else, "shares nothing" included, goes to the bandit.
-5. **State**: (min(batch // 4, 10), clip(chunks_before - chunks_after, -5, 5),
-   min(requests_waiting // 4, 10)) in native 50-token chunks, the third feature measured at
-   the kept level (0 when nothing is kept).
-6. **Every decision is recorded**, shortcut ADDs included, under the same state as the
-   bandit's (a kept prefix has loss 0, the same bin as "nothing shared, nothing lost").
-7. **UCB**: mean reward + c * sqrt(ln(total_steps + 1) / pulls), c = 200, an untried arm
-   scores infinity, ADD wins ties; `total_steps` counts every recorded update, all states.
-8. **Pulls are counted at feedback, not at decision**: within a pass the same state gets the
-   same answer, so the bandit keeps adding.
-9. **Feedback at the next pass's first question**: the decisions of the last pass(es) are
-   rewarded with (batch size at the last decision) / (time between the last two scheduler
-   calls), here the latest `end_step` duration. Feedback comes before the empty-batch check,
-   so a pass that starts empty still rewards the last one; nothing is rewarded while no step
-   time is known (the first scheduler call).
-
-Kept as the authors wrote it, defects included: a
-preempted request is never offered again (`paper_tree`); the host's never-stall rule is the
-only thing that admits it, once nothing runs.
-"""
+Faithful to the authors' code point by point, defects included: docs/policies.md, "The
+authors' policies, point by point"."""
 
 from __future__ import annotations
 

@@ -1,36 +1,7 @@
 """The authors' chunked hash tree, as their queues read it: order and features in 50-token chunks.
 
-Both of the authors' policies (`feather-paper`, their bandit; `feather-upstream`, the rule of
-vLLM pull request #42134) sit on the same C++ tree: `ChunkedHashTree_RL` in the public
-reproduction (sethigeet/gpu-mem-bandwidth-experiments,
-gpu_benchmarks/serving/schedulers/chunked_hash_tree_rl.cpp at commit 7eb01d3203c7;
-vllm_bw/policy_fork.py copies it into vLLM) and `ChunkedHashTree` in the pull
-request (csrc/cpu/scheduler/chunked_hash_tree.cpp); the two files hold the same algorithm.
-This is our own implementation of what that tree answers, not a port of its code:
-
-- **keys**: one chained digest per 50-token chunk, the last (partial) chunk included, keyed by
-  level (`insert` / `compute_hashes`). We hash with our own xxh3 chain (`index.chain`); only
-  equality of keys matters, so the answers are the same.
-- **active requests**: popped from the queue and not yet freed. vLLM frees a request only when
-  it finishes (`free_request`), so a *preempted* request stays active: vLLM hands it back with
-  `prepend_request` -> `insert`, which returns early for an id the tree already holds. The tree
-  never offers it again (`find_best_request` skips active ids) and keeps its chunks in the
-  working set. We keep that (`stuck`): the host's never-stall rule (`AdmissionPass.force_head`)
-  is what admits such a request once nothing runs, as in the authors' engine nothing would.
-- **order** (`find_best_request`): a min-heap on (missing, id): the candidate's chunks not held
-  by any active request, ties to the smaller interned id, i.e. the request first enqueued.
-  With nothing active, missing is the prompt's chunk count: shortest prompt first.
-- **features** of the best candidate: `chunks_before`, the prefix common to *all* active
-  requests (`shared_prefix_chain`); `chunks_after`, how much of it the candidate keeps (its
-  whole length when nothing is active); `requests_waiting`, the not-active requests holding
-  the key at level `chunks_after - 1` of that chain, the candidate itself included, 0 when
-  `chunks_after` is 0 (`count_requests_sharing_prefix`).
-
-One difference we cannot avoid and do not hide: the authors' tree learns of admissions and
-finishes through the queue calls (pop, free); ours reads the host's running set from the view
-(`sync`, once per step; `paper_candidates` activates each admitted candidate before it asks
-for the next), so the two agree at every decision.
-"""
+Faithful to the authors' code point by point, defects included: docs/policies.md, "The
+authors' policies, point by point"."""
 
 from __future__ import annotations
 
