@@ -1,1 +1,2 @@
-"""sim."""
+"""The simulator: an iteration-level engine in the shape of vLLM V1, driving the same
+admission dialogue as the engines."""
