@@ -195,6 +195,22 @@ def test_locality_pays_where_the_cost_model_says_so() -> None:
     assert GroupingJudge(FREE_L2).grouping_pays(view)
 
 
+def test_locality_counts_groups_decoded_apart_where_one_batch_holds_them_all() -> None:
+    """Two groups of 100 over 8,000-token prefixes, two members of the first running: one batch
+    of 256 holds the whole queue, so a batch grouped at its size holds both prefixes too. A
+    STOP decodes them apart instead, each alone at half the size: on h100-free-l2 one prefix
+    fits the usable L2 and two do not, so decoding apart pays per token; on the measured H200
+    a half-size batch pays its weights twice for a locality that is not there."""
+    view = BudgetView()
+    _groups(view, 2, 100, 8000, output=50)
+    view.admit("g0m0")
+    view.admit("g0m1")
+    assert GroupingJudge(FREE_L2).locality_gain(view) >= 1.02
+    assert GroupingJudge(FREE_L2).grouping_pays(view)
+    assert GroupingJudge(MEASURED).locality_gain(view) < 1.02
+    assert not GroupingJudge(MEASURED).grouping_pays(view)
+
+
 def test_locality_counts_only_where_the_host_overlaps_its_cpu() -> None:
     """The same queue as above, where locality pays on h100-free-l2: a synchronous host
     (`overlaps_cpu` False) pays the grouped batch's scattered per-request CPU on the step's
