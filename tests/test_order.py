@@ -15,6 +15,7 @@ from feather_lab.workloads import SharedPrefixWorkload
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.policies.fcfs import FCFSPolicy
 from feather_sched.policies.feather import FeatherPolicy
+from feather_sched.policies.features import decision_state
 from feather_sched.policies.grouped import GroupedPolicy
 from feather_sched.policies.order import IDLE_SHARE, GroupingJudge, _Wave
 from test_policies import FakeView
@@ -195,6 +196,22 @@ def test_locality_pays_where_the_cost_model_says_so() -> None:
     assert GroupingJudge(FREE_L2).grouping_pays(view)
 
 
+def test_locality_counts_groups_decoded_apart_where_one_batch_holds_them_all() -> None:
+    """Two groups of 100 over 8,000-token prefixes, two members of the first running: one batch
+    of 256 holds the whole queue, so a batch grouped at its size holds both prefixes too. A
+    STOP decodes them apart instead, each alone at half the size: on h100-free-l2 one prefix
+    fits the usable L2 and two do not, so decoding apart pays per token; on the measured H200
+    a half-size batch pays its weights twice for a locality that is not there."""
+    view = BudgetView()
+    _groups(view, 2, 100, 8000, output=50)
+    view.admit("g0m0")
+    view.admit("g0m1")
+    assert GroupingJudge(FREE_L2).locality_gain(view) >= 1.02
+    assert GroupingJudge(FREE_L2).grouping_pays(view)
+    assert GroupingJudge(MEASURED).locality_gain(view) < 1.02
+    assert not GroupingJudge(MEASURED).grouping_pays(view)
+
+
 def test_locality_counts_only_where_the_host_overlaps_its_cpu() -> None:
     """The same queue as above, where locality pays on h100-free-l2: a synchronous host
     (`overlaps_cpu` False) pays the grouped batch's scattered per-request CPU on the step's
@@ -288,3 +305,20 @@ def test_shared_prefix_on_the_measured_profile_is_no_longer_a_loss() -> None:
     feather = simulate(reqs, policy, MEASURED, cfg).output_tok_s
     assert grouped < 0.99 * fcfs  # the loss, as recorded
     assert feather >= 0.995 * fcfs
+
+
+def test_a_minority_group_is_asked_in_grouped_order_only() -> None:
+    """A group one member of which runs beside a batch of another (let in by a bound, not by
+    a decision to mix) is asked ADD or STOP in grouped order, and only confident STOPs hold it
+    back; in the engine's order it joins unasked, as a STOP there holds up the queue."""
+    view = BudgetView()
+    _groups(view, 2, 40, 8000, output=50)
+    for m in range(20):
+        view.admit(f"g0m{m}")
+    view.admit("g1m0")
+    policy = FeatherPolicy(cost=FREE_L2)
+    state = decision_state(view.index, "g1m1")
+    assert state.new_chunks == 0 and not state.joins_majority
+    assert policy.asks(state, grouped=True)
+    assert not policy.asks(state, grouped=False)
+    assert not policy._explores(view, state)

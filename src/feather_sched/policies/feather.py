@@ -177,10 +177,10 @@ class FeatherPolicy(Policy):
         if not forced:
             state = decision_state(view.index, request_id)
             if (
-                self.asks(state)
+                self.asks(state, grouped=not self._engine_order)
                 and self._may_stop(view)
                 and self.decide(
-                    state, self.prior(view, state, request_id), self.judge.explores_stop(view)
+                    state, self.prior(view, state, request_id), self._explores(view, state)
                 )
                 == STOP
             ):
@@ -188,6 +188,12 @@ class FeatherPolicy(Policy):
                 return False
         self.guard.admitted(view, request_id, forced, self._step_now)
         return True
+
+    def _explores(self, view: SchedulerView, state: DecisionState) -> bool:
+        """Whether the bandit may spend its budget on an exploratory STOP: only to open a new
+        group (`GroupingJudge.explores_stop`); a minority group's member is held back only
+        where STOP wins with confidence, as that group already runs."""
+        return state.new_chunks > 0 and self.judge.explores_stop(view)
 
     def _may_stop(self, view: SchedulerView) -> bool:
         """Whether a STOP now keeps the tail bound (`hold.StopDelay`); if not, the candidate
@@ -199,11 +205,17 @@ class FeatherPolicy(Policy):
             return True
         return self.delay.allows(view.now, view.arrival_time(head), self.guard.mean_wait)
 
-    def asks(self, state: DecisionState) -> bool:
-        """A decision is needed only to open a new prefix group in a non-empty batch: the
-        candidate's shared prefix is not running yet. Members of a group that runs join
-        unasked (the group was the decision), as does a request that shares nothing."""
-        return state.batch > 0 and state.new_chunks > 0
+    def asks(self, state: DecisionState, grouped: bool = True) -> bool:
+        """A decision is needed to open a new prefix group in a non-empty batch (the
+        candidate's shared prefix is not running yet) and, in grouped order, to grow a group
+        that runs as a minority of the batch (fewer than half of it hold the prefix: one let
+        in by the starvation guard or the STOP delay bound, not by a decision to mix; in the
+        engine's order a STOP there would hold up the queue behind it). Members of the
+        batch's main group join unasked (the group was the decision), as does a request
+        that shares nothing."""
+        if state.batch <= 0:
+            return False
+        return state.new_chunks > 0 or (grouped and not state.joins_majority)
 
     def prior(
         self, view: SchedulerView, state: DecisionState, request_id: str

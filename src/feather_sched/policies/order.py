@@ -107,10 +107,12 @@ class GroupingJudge:
         return False  # unreachable: the last bounds are equal
 
     def locality_gain(self, view: SchedulerView) -> float:
-        """Step time of a full batch in the engine's mix over the same batch grouped, by the
-        cost model. The mix: as many groups as the queue holds prefixes, up to the batch;
-        grouped: as few as the mean group size allows; prefix: the queue head's shared prefix
-        (or the running batch's, if longer).
+        """Decode time per token of a full batch in the engine's mix over grouped order's, by
+        the cost model. The mix: as many groups as the queue holds prefixes, up to the batch;
+        grouped: the same batch over as few groups as the mean group size allows, or one
+        group's batch at a time (a STOP lets groups run apart where one batch would hold them
+        all), whichever decodes faster; prefix: the queue head's shared prefix (or the running
+        batch's, if longer).
 
         Infinite without a model (nothing says grouping cannot pay: a policy without a prior
         keeps grouped order and learns locality from its rewards) and on a sequential kernel
@@ -125,15 +127,18 @@ class GroupingJudge:
         live = index.num_waiting + index.num_running
         batch = max(1, min(view.max_num_seqs, live))
         mixed, grouped = min(batch, roots), max(1, math.ceil(batch * roots / live))
+        alone = min(batch, math.ceil(live / roots))  # one group's batch: its mean size
         head = next(view.waiting_ids(), None)
         depth = shared_depth(index, head) if head is not None else 0
         prefix = max(depth, index.running_shared_chunks()) * index.chunk_size
-        key = (batch, mixed, grouped, prefix)
+        key = (batch, mixed, grouped, alone, prefix)
         gain = self._locality.get(key)
         if gain is None:
             if len(self._locality) >= CACHE_SIZE:
                 self._locality.clear()
-            gain = self._locality[key] = _decode_ratio(self.cost, batch, mixed, grouped, prefix)
+            gain = self._locality[key] = _decode_ratio(
+                self.cost, batch, mixed, grouped, alone, prefix
+            )
         return gain
 
 
@@ -144,18 +149,21 @@ def overlaps_cpu(view: SchedulerView) -> bool:
     return getattr(view, "overlaps_cpu", None) is not False
 
 
-def _decode_ratio(cost: StepCostModel, batch: int, mixed: int, grouped: int, prefix: int) -> float:
-    """Decode step time of `batch` sequences over `mixed` prefixes of `prefix` tokens, over
-    the same batch over `grouped` prefixes."""
-    if prefix <= 0 or mixed <= grouped:
+def _decode_ratio(
+    cost: StepCostModel, batch: int, mixed: int, grouped: int, alone: int, prefix: int
+) -> float:
+    """Decode time per token of `batch` sequences over `mixed` prefixes of `prefix` tokens,
+    over the faster of the same batch over `grouped` prefixes and a batch of `alone`
+    sequences of one prefix (the groups decoded apart, one after another)."""
+    if prefix <= 0 or mixed <= 1:
         return 1.0
 
-    def step(groups: int) -> float:
-        sizes = [batch // groups + (i < batch % groups) for i in range(groups)]
-        return cost.step_time(BatchShape.shared_prefix_decode(sizes, prefix))
+    def per_token(size: int, groups: int) -> float:
+        sizes = [size // groups + (i < size % groups) for i in range(groups)]
+        return cost.step_time(BatchShape.shared_prefix_decode(sizes, prefix)) / size
 
-    fast = step(grouped)
-    return step(mixed) / fast if fast > 0 else 1.0
+    fast = min(per_token(batch, grouped), per_token(alone, 1))
+    return per_token(batch, mixed) / fast if fast > 0 else 1.0
 
 
 class _Wave:
