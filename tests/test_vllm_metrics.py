@@ -88,7 +88,10 @@ def test_feather_series_on_vllm_metrics_after_traffic(servers, tmp_path: Path) -
     time.sleep(1.5)  # the engine writes its snapshot when it goes idle, or each second
     on, off = feather_series(urls[0]), feather_series(urls[1])
     assert on["feather_info{policy=feather}"] == 1.0
-    adds, stops = on["feather_decisions_total{decision=add}"], on["feather_decisions_total{decision=stop}"]
+    adds, stops = (
+        on["feather_decisions_total{decision=add}"],
+        on["feather_decisions_total{decision=stop}"],
+    )
     assert adds + stops > 0 and adds >= 24 - on["feather_forced_admits_total{}"] - stops
     batches = on["feather_batch_prefix_groups_count{}"]
     assert batches >= 64  # every scheduled step is a batch; 64 output tokens take 64 steps

@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 
-from feather_sched.host.metrics import METRICS_DIR_ENV, SnapshotCollector
+from feather_sched.host.metrics import METRICS_DIR_ENV, SnapshotCollector, snapshot_root
 
 __all__ = ["register"]
 
@@ -37,7 +37,7 @@ def register() -> None:
         return
     directory = os.environ.get(METRICS_DIR_ENV)
     if not directory:
-        directory = tempfile.mkdtemp(prefix="feather-metrics-")
+        directory = tempfile.mkdtemp(prefix="feather-metrics-", dir=snapshot_root())
         os.environ[METRICS_DIR_ENV] = directory
         atexit.register(shutil.rmtree, directory, ignore_errors=True)
     REGISTRY.register(SnapshotCollector(directory))
