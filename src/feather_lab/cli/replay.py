@@ -67,6 +67,15 @@ def replay(
     json_out: JsonOut = Path("feather-replay.json"),
     stream_interval: StreamInterval = 1,
     api: ReplayApi = "completions",
+    max_failed: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of a run's requests that may fail; above it the command exits 1 "
+            "(after writing the record) with the first errors.",
+        ),
+    ] = 0.01,
 ) -> None:
     """Send a workload to live servers (prompts as token ids, fixed output lengths,
     streamed, on the workload's arrival schedule); latency percentiles, throughput, goodput
@@ -80,8 +89,15 @@ def replay(
         fail(ValueError(f"--api {api!r}: valid: {', '.join(APIS)}"))
     writable(json=json_out)
     labels = _labels(label, len(urls))
+    from feather_lab.replay.preflight import check_model
+
+    try:
+        check_model(model)
+    except ValueError as err:
+        fail(err)
     endpoints = _preflight(urls)
     workloads = _workloads(opts, endpoints)
+    _probe(endpoints, workloads, api)
     _run(opts, labels, endpoints, workloads)
 
 
@@ -105,6 +121,19 @@ def _preflight(urls: list[str]) -> list[Any]:
         except EndpointError as err:
             fail(err)
     return endpoints
+
+
+def _probe(endpoints: list[Any], workloads: list[Any], api: str) -> None:
+    """Each server takes the workloads' largest token id (one request each), or exit 2."""
+    from feather_lab.replay.client import EndpointError
+    from feather_lab.replay.preflight import largest_token_id, probe_token_id
+
+    top = largest_token_id(workloads)
+    for endpoint in endpoints:
+        try:
+            probe_token_id(endpoint, top, api)
+        except EndpointError as err:
+            fail(err)
 
 
 def _workloads(opts: dict[str, Any], endpoints: list[Any]) -> list[Any]:
@@ -159,6 +188,23 @@ def _run(opts: dict[str, Any], labels: tuple[str, ...], endpoints: list, workloa
         _report(cut.runs, opts, labels, endpoints, interrupted=True)
         raise typer.Exit(130) from None
     _report(runs, opts, labels, endpoints, interrupted=False)
+    _check_failures(runs, opts["max_failed"])
+
+
+def _check_failures(runs: list[dict], max_failed: float) -> None:
+    """Exit 1, saying which runs and their first errors, if requests failed past the share."""
+    from feather_lab.replay.preflight import failed_runs
+
+    bad = failed_runs(runs, max_failed)
+    if bad:
+        err_console.print(
+            f"[red]error:[/red] requests failed in {len(bad)} of {len(runs)} runs (more than "
+            f"--max-failed {max_failed:g} of a run's requests); its results do not stand:",
+            soft_wrap=True,
+        )
+        for line in bad[:10]:
+            err_console.print(f"  {line}", soft_wrap=True, markup=False)
+        raise typer.Exit(1)
 
 
 def _tagged(work: Any, scenario: str) -> Any:
@@ -184,7 +230,7 @@ def _report(
     """The median rows' table, the A/B table and the JSON record (written first)."""
     from feather_lab.bench.output import results_text, terminal_width
     from feather_lab.bench.runner import config_provenance
-    from feather_lab.replay.report import ab_text, replay_config
+    from feather_lab.replay.report import ab_text, replay_config, server_table
 
     json_out: Path = opts["json_out"]
     if not runs:
@@ -196,7 +242,7 @@ def _report(
     config = {**config_provenance(), **replay_config(opts, labels, endpoints)}
     write_record(json_out, config=config, rows=rows, ab=ab, runs=runs, interrupted=interrupted)
     title = f"feather replay: {', '.join(f'{lb} {e.url}' for lb, e in zip(labels, endpoints))}"
-    print(results_text(rows, title, terminal_width()), flush=True)
+    print(server_table(results_text(rows, title, terminal_width())), flush=True)
     if ab:
         print(ab_text(ab, rows))
     note = " (interrupted: the runs that finished)" if interrupted else ""

@@ -37,6 +37,15 @@ def ab_text(ab: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) -> str
     return "\n".join(lines)
 
 
+def server_table(text: str) -> str:
+    """The bench's table with its columns named for what a replay's rows are: servers (the
+    bench's `policy`) and output throughput over server A's (the bench's `xfcfs`); the same
+    widths, so the columns stay aligned."""
+    title, _, rest = text.partition("\n")
+    header, _, body = rest.partition("\n")
+    return "\n".join([title, header.replace("policy", "server", 1).replace("xfcfs", "  x A", 1), body])
+
+
 def replay_config(
     opts: dict[str, Any], labels: Sequence[str], endpoints: Sequence[Any]
 ) -> dict[str, Any]:
@@ -45,7 +54,7 @@ def replay_config(
     keys = (
         "model", "vocab_size", "seed", "arrival", "rate_scale", "rates", "limit",
         "drop_overlong", "slo_ttft", "slo_tpot", "max_concurrency", "request_timeout",
-        "repeats", "scenario", "reset_prefix_cache", "stream_interval", "api",
+        "repeats", "scenario", "reset_prefix_cache", "stream_interval", "api", "max_failed",
     )  # fmt: skip
     servers = [
         {"label": lb, "url": e.url, "served_model": e.model, "max_model_len": e.max_model_len}
