@@ -223,17 +223,25 @@ def test_command_bad_endpoints_exit_2_before_any_run(tmp_path: Path) -> None:
         assert code == 2 and "unknown workload 'nope'" in err and not server.seen
         code, _, err = _replay(server.url, server.url, "--label", "a", "-w", "no-sharing")
         assert code == 2 and "--label" in err
+        code, _, err = _replay(server.url, "--model", "banana", "-w", "no-sharing")
+        assert code == 2 and "--model 'banana'" in err and "tiny-llama" in err
+    with FakeServer(vocab=512) as server:  # a 512-token model asked for ids up to 31,999
+        code, _, err = _replay(server.url, "--vocab-size", "32000", "-w", "no-sharing")
+        assert code == 2 and "refuses token id 31,99" in err and "--vocab-size" in err
+        assert not server.seen
 
 
 def test_command_failures_are_rows_and_the_record_is_written(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     with FakeServer(stall_s=2.0) as server:
-        code, stdout, _ = _replay(
+        code, stdout, err = _replay(
             server.url, "--vocab-size", "4", "-w", "no-sharing", "--limit", "3",
             "--request-timeout", "0.5", "--json", str(out),
         )  # fmt: skip
-    # vocab 4: each prompt starts with 0 (answered), 1 (REJECT), 2 (DROP) or 3 (STALL)
-    assert code == 0, stdout
+    # vocab 4: each prompt starts with 0 (answered), 1 (REJECT), 2 (DROP) or 3 (STALL);
+    # failures past --max-failed (1%) exit 1 after the record is written, with the first
+    assert code == 1, stdout
+    assert "requests failed in 1 of 1 runs" in err and "first:" in err
     firsts = [s["prompt"][0] for s in server.seen]
     row = json.loads(out.read_text())["rows"][0]
     assert len(firsts) == row["sent"] == 3 and row["finished"] == firsts.count(0)

@@ -43,7 +43,9 @@ def server_table(text: str) -> str:
     widths, so the columns stay aligned."""
     title, _, rest = text.partition("\n")
     header, _, body = rest.partition("\n")
-    return "\n".join([title, header.replace("policy", "server", 1).replace("xfcfs", "  x A", 1), body])
+    return "\n".join(
+        [title, header.replace("policy", "server", 1).replace("xfcfs", "  x A", 1), body]
+    )
 
 
 def replay_config(
