@@ -453,3 +453,34 @@ def test_pin_server_binds_the_api_process_and_everything_below_it() -> None:
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_command_speaks_vllm_bench_serve_options(tmp_path: Path) -> None:
+    """--dataset-name prefix_repetition with vLLM's parameters: its prompts (prefix + suffix
+    lengths, num_prefixes distinct prefixes), its output length, the result fields under
+    vLLM's names; bad values exit 2 naming them."""
+    out = tmp_path / "r.json"
+    args = ["--dataset-name", "prefix_repetition", "--num-prompts", "12", "--vocab-size", "512"]
+    args += ["--prefix-repetition-prefix-len", "32", "--prefix-repetition-suffix-len", "16"]
+    args += ["--prefix-repetition-num-prefixes", "3", "--prefix-repetition-output-len", "4"]
+    args += ["--request-rate", "50", "--burstiness", "0.5", "--percentile-metrics", "ttft,e2el"]
+    args += ["--metric-percentiles", "50,99"]
+    with FakeServer() as server:
+        code, stdout, err = _replay(server.url, *args, "--json", str(out))
+        assert code == 0, stdout + err
+        prompts = [s["prompt"] for s in server.seen]
+        assert len(prompts) == 12 and {len(p) for p in prompts} == {48}
+        assert len({tuple(p[:32]) for p in prompts}) == 3 and max(max(p) for p in prompts) < 512
+        assert {s["max_tokens"] for s in server.seen} == {4}
+        row = json.loads(out.read_text())["rows"][0]
+        assert (row["completed"], row["failed"], row["total_output_tokens"]) == (12, 0, 48)
+        assert row["output_throughput"] == pytest.approx(48 / row["duration"], rel=1e-4)
+        for key in ("request_throughput", "total_token_throughput", "mean_ttft_ms",
+                    "median_e2el_ms", "p50_ttft_ms", "p99_e2el_ms", "std_ttft_ms"):  # fmt: skip
+            assert key in row, key
+        assert "mean_tpot_ms" not in row
+        for bad, named in (("--dataset-name", "sharegpt"), ("--percentile-metrics", "ttfx")):
+            code, _, err = _replay(server.url, *args, bad, named, "--json", str(out))
+            assert code == 2 and repr(named) in err
+        code, _, err = _replay(server.url, "--dataset-name", "random", "--json", str(out))
+        assert code == 2 and "--vocab-size" in err

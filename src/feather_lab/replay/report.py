@@ -57,6 +57,10 @@ def replay_config(
         "model", "vocab_size", "seed", "arrival", "rate_scale", "rates", "limit",
         "drop_overlong", "slo_ttft", "slo_tpot", "max_concurrency", "request_timeout",
         "repeats", "scenario", "reset_prefix_cache", "stream_interval", "api", "max_failed",
+        "dataset_name", "num_prompts", "burstiness", "random_input_len", "random_output_len",
+        "random_range_ratio", "random_prefix_len", "prefix_repetition_prefix_len",
+        "prefix_repetition_suffix_len", "prefix_repetition_num_prefixes",
+        "prefix_repetition_output_len", "percentile_metrics", "metric_percentiles",
     )  # fmt: skip
     servers = [
         {"label": lb, "url": e.url, "served_model": e.model, "max_model_len": e.max_model_len}
@@ -66,5 +70,6 @@ def replay_config(
         "engine": "replay",
         "workloads": [w.strip() for item in opts["workload"] or [] for w in item.split(",")],
         "servers": servers,
+        "request_rate": str(opts.get("request_rate")),  # inf is not JSON
         **{k: opts.get(k) for k in keys},
     }
