@@ -484,3 +484,22 @@ def test_command_speaks_vllm_bench_serve_options(tmp_path: Path) -> None:
             assert code == 2 and repr(named) in err
         code, _, err = _replay(server.url, "--dataset-name", "random", "--json", str(out))
         assert code == 2 and "--vocab-size" in err
+
+
+def test_command_aa_marks_noise(tmp_path: Path) -> None:
+    """--aa: one server measured twice as A1 and A2; with repeats every B/A says whether it
+    is within the runs' spread, and each row's spread is printed."""
+    out = tmp_path / "r.json"
+    with FakeServer(token_delay_s=0.001) as server:
+        args = [server.url, "--aa", "--model", "tiny-llama", "-w", "no-sharing", "--limit", "4"]
+        code, stdout, err = _replay(*args, "--repeats", "3", "--json", str(out))
+        assert code == 0, stdout + err
+        code2, _, err2 = _replay(server.url, server.url, "--aa", "-w", "no-sharing")
+    record = json.loads(out.read_text())
+    assert [r["policy"] for r in record["rows"]] == ["A1", "A2"]
+    assert all(r["repeats"] == 3 and len(r["output_tok_s_runs"]) == 3 for r in record["rows"])
+    noise = {e["metric"]: e["within_noise"] for e in record["ab"]}
+    assert noise["output_tok_s"] in (True, False) and noise["ttft_p99_s"] in (True, False)
+    assert "output tok/s spread over runs" in stdout and "noise" in stdout
+    assert "within noise" in stdout or "outside noise" in stdout
+    assert code2 == 2 and "one URL" in err2

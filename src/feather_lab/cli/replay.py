@@ -94,6 +94,14 @@ def replay(
             "(after writing the record) with the first errors.",
         ),
     ] = 0.01,
+    aa: Annotated[
+        bool,
+        typer.Option(
+            "--aa",
+            help="A/A: the one URL given is measured twice as two servers (A1, A2), "
+            "interleaved; their B/A is the noise floor of an A/B.",
+        ),
+    ] = False,
     dataset_name: DatasetName = None,
     num_prompts: NumPrompts = None,
     request_rate: RequestRate = float("inf"),
@@ -120,6 +128,12 @@ def replay(
     if api not in APIS:
         fail(ValueError(f"--api {api!r}: valid: {', '.join(APIS)}"))
     writable(json=json_out)
+    if aa:
+        if len(urls) != 1:
+            fail(ValueError(f"--aa measures one server twice: give one URL, not {len(urls)}"))
+        urls = [urls[0], urls[0]]
+        label = label or "A1,A2"
+        opts["aa"] = True
     labels = _labels(label, len(urls))
     from feather_lab.replay.preflight import check_model
 
@@ -306,7 +320,7 @@ def _report(
     """The median rows' table, the A/B table and the JSON record (written first)."""
     from feather_lab.bench.output import results_text, terminal_width
     from feather_lab.bench.runner import config_provenance
-    from feather_lab.replay.report import ab_text, replay_config, server_table
+    from feather_lab.replay.report import ab_text, replay_config, server_table, spread_text
 
     json_out: Path = opts["json_out"]
     if not runs:
@@ -319,6 +333,7 @@ def _report(
     write_record(json_out, config=config, rows=rows, ab=ab, runs=runs, interrupted=interrupted)
     title = f"feather replay: {', '.join(f'{lb} {e.url}' for lb, e in zip(labels, endpoints))}"
     print(server_table(results_text(rows, title, terminal_width())), flush=True)
+    print(spread_text(rows))
     if ab:
         print(ab_text(ab, rows))
     note = " (interrupted: the runs that finished)" if interrupted else ""
