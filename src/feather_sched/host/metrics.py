@@ -199,7 +199,7 @@ def _groups_family(family_cls: Any, snaps: list[dict[str, Any]]) -> Any:
             counts[i] += n
         total += snap["groups"]["sum"]
     cumulative, running = [], 0
-    for bound, n in zip([*map(str, GROUP_BUCKETS), "+Inf"], counts):
+    for bound, n in zip([*(str(float(b)) for b in GROUP_BUCKETS), "+Inf"], counts):
         running += n
         cumulative.append((bound, running))
     return family_cls(
