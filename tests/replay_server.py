@@ -48,8 +48,13 @@ class FakeServer:
         metrics: bool = True,
         models_status: int = 200,
         flavor: str = "vllm",
+        vocab: int | None = None,
     ) -> None:
         self.flavor = flavor
+        self.vocab = vocab
+        """Token ids at or above it are refused with HTTP 400, as vLLM does (None: any)."""
+        self.probes: list[dict[str, Any]] = []
+        """Requests not streamed (the client's preflight probes), kept apart from `seen`."""
         self.flushes = 0
         self.token_delay_s = token_delay_s
         self.stall_s = stall_s
@@ -133,6 +138,15 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 self._send(404, "{}")
 
         def _generate(self, body: dict[str, Any], native: bool) -> None:
+            top = max(_prompt(body), default=0)
+            if server.vocab is not None and top >= server.vocab:
+                message = f"Token id {top} is out of vocabulary"
+                self._send(400, json.dumps({"error": {"message": message, "code": 400}}))
+                return
+            if not body.get("stream"):
+                server.probes.append(body)
+                self._send(200, json.dumps({"choices": [{"index": 0, "text": " t0"}]}))
+                return
             with server.lock:
                 server.seen.append(body)
                 server.in_flight += 1

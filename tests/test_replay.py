@@ -223,17 +223,25 @@ def test_command_bad_endpoints_exit_2_before_any_run(tmp_path: Path) -> None:
         assert code == 2 and "unknown workload 'nope'" in err and not server.seen
         code, _, err = _replay(server.url, server.url, "--label", "a", "-w", "no-sharing")
         assert code == 2 and "--label" in err
+        code, _, err = _replay(server.url, "--model", "banana", "-w", "no-sharing")
+        assert code == 2 and "--model 'banana'" in err and "tiny-llama" in err
+    with FakeServer(vocab=512) as server:  # a 512-token model asked for ids up to 31,999
+        code, _, err = _replay(server.url, "--vocab-size", "32000", "-w", "no-sharing")
+        assert code == 2 and "refuses token id 31,99" in err and "--vocab-size" in err
+        assert not server.seen
 
 
 def test_command_failures_are_rows_and_the_record_is_written(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     with FakeServer(stall_s=2.0) as server:
-        code, stdout, _ = _replay(
+        code, stdout, err = _replay(
             server.url, "--vocab-size", "4", "-w", "no-sharing", "--limit", "3",
             "--request-timeout", "0.5", "--json", str(out),
         )  # fmt: skip
-    # vocab 4: each prompt starts with 0 (answered), 1 (REJECT), 2 (DROP) or 3 (STALL)
-    assert code == 0, stdout
+    # vocab 4: each prompt starts with 0 (answered), 1 (REJECT), 2 (DROP) or 3 (STALL);
+    # failures past --max-failed (1%) exit 1 after the record is written, with the first
+    assert code == 1, stdout
+    assert "requests failed in 1 of 1 runs" in err and "first:" in err
     firsts = [s["prompt"][0] for s in server.seen]
     row = json.loads(out.read_text())["rows"][0]
     assert len(firsts) == row["sent"] == 3 and row["finished"] == firsts.count(0)
@@ -445,3 +453,53 @@ def test_pin_server_binds_the_api_process_and_everything_below_it() -> None:
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_command_speaks_vllm_bench_serve_options(tmp_path: Path) -> None:
+    """--dataset-name prefix_repetition with vLLM's parameters: its prompts (prefix + suffix
+    lengths, num_prefixes distinct prefixes), its output length, the result fields under
+    vLLM's names; bad values exit 2 naming them."""
+    out = tmp_path / "r.json"
+    args = ["--dataset-name", "prefix_repetition", "--num-prompts", "12", "--vocab-size", "512"]
+    args += ["--prefix-repetition-prefix-len", "32", "--prefix-repetition-suffix-len", "16"]
+    args += ["--prefix-repetition-num-prefixes", "3", "--prefix-repetition-output-len", "4"]
+    args += ["--request-rate", "50", "--burstiness", "0.5", "--percentile-metrics", "ttft,e2el"]
+    args += ["--metric-percentiles", "50,99"]
+    with FakeServer() as server:
+        code, stdout, err = _replay(server.url, *args, "--json", str(out))
+        assert code == 0, stdout + err
+        prompts = [s["prompt"] for s in server.seen]
+        assert len(prompts) == 12 and {len(p) for p in prompts} == {48}
+        assert len({tuple(p[:32]) for p in prompts}) == 3 and max(max(p) for p in prompts) < 512
+        assert {s["max_tokens"] for s in server.seen} == {4}
+        row = json.loads(out.read_text())["rows"][0]
+        assert (row["completed"], row["failed"], row["total_output_tokens"]) == (12, 0, 48)
+        assert row["output_throughput"] == pytest.approx(48 / row["duration"], rel=1e-4)
+        for key in ("request_throughput", "total_token_throughput", "mean_ttft_ms",
+                    "median_e2el_ms", "p50_ttft_ms", "p99_e2el_ms", "std_ttft_ms"):  # fmt: skip
+            assert key in row, key
+        assert "mean_tpot_ms" not in row
+        for bad, named in (("--dataset-name", "sharegpt"), ("--percentile-metrics", "ttfx")):
+            code, _, err = _replay(server.url, *args, bad, named, "--json", str(out))
+            assert code == 2 and repr(named) in err
+        code, _, err = _replay(server.url, "--dataset-name", "random", "--json", str(out))
+        assert code == 2 and "--vocab-size" in err
+
+
+def test_command_aa_marks_noise(tmp_path: Path) -> None:
+    """--aa: one server measured twice as A1 and A2; with repeats every B/A says whether it
+    is within the runs' spread, and each row's spread is printed."""
+    out = tmp_path / "r.json"
+    with FakeServer(token_delay_s=0.001) as server:
+        args = [server.url, "--aa", "--model", "tiny-llama", "-w", "no-sharing", "--limit", "4"]
+        code, stdout, err = _replay(*args, "--repeats", "3", "--json", str(out))
+        assert code == 0, stdout + err
+        code2, _, err2 = _replay(server.url, server.url, "--aa", "-w", "no-sharing")
+    record = json.loads(out.read_text())
+    assert [r["policy"] for r in record["rows"]] == ["A1", "A2"]
+    assert all(r["repeats"] == 3 and len(r["output_tok_s_runs"]) == 3 for r in record["rows"])
+    noise = {e["metric"]: e["within_noise"] for e in record["ab"]}
+    assert noise["output_tok_s"] in (True, False) and noise["ttft_p99_s"] in (True, False)
+    assert "output tok/s spread over runs" in stdout and "noise" in stdout
+    assert "within noise" in stdout or "outside noise" in stdout
+    assert code2 == 2 and "one URL" in err2

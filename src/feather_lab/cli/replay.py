@@ -40,6 +40,24 @@ from feather_lab.cli.options import (
     StreamInterval,
     VocabSize,
 )
+from feather_lab.cli.replay_options import (
+    Burstiness,
+    DatasetName,
+    MetricPercentiles,
+    NumPrefixes,
+    NumPrompts,
+    PercentileMetrics,
+    PrefixLen,
+    PrefixOutputLen,
+    RandomInputLen,
+    RandomOutputLen,
+    RandomPrefixLen,
+    RandomRangeRatio,
+    RequestRate,
+    SuffixLen,
+    dataset_spec,
+    workload_schedule,
+)
 
 
 @app.command("replay")
@@ -67,6 +85,37 @@ def replay(
     json_out: JsonOut = Path("feather-replay.json"),
     stream_interval: StreamInterval = 1,
     api: ReplayApi = "completions",
+    max_failed: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of a run's requests that may fail; above it the command exits 1 "
+            "(after writing the record) with the first errors.",
+        ),
+    ] = 0.01,
+    aa: Annotated[
+        bool,
+        typer.Option(
+            "--aa",
+            help="A/A: the one URL given is measured twice as two servers (A1, A2), "
+            "interleaved; their B/A is the noise floor of an A/B.",
+        ),
+    ] = False,
+    dataset_name: DatasetName = None,
+    num_prompts: NumPrompts = None,
+    request_rate: RequestRate = float("inf"),
+    burstiness: Burstiness = 1.0,
+    random_input_len: RandomInputLen = 1024,
+    random_output_len: RandomOutputLen = 128,
+    random_range_ratio: RandomRangeRatio = 0.0,
+    random_prefix_len: RandomPrefixLen = 0,
+    prefix_repetition_prefix_len: PrefixLen = 256,
+    prefix_repetition_suffix_len: SuffixLen = 256,
+    prefix_repetition_num_prefixes: NumPrefixes = 10,
+    prefix_repetition_output_len: PrefixOutputLen = 128,
+    percentile_metrics: PercentileMetrics = None,
+    metric_percentiles: MetricPercentiles = "99",
 ) -> None:
     """Send a workload to live servers (prompts as token ids, fixed output lengths,
     streamed, on the workload's arrival schedule); latency percentiles, throughput, goodput
@@ -79,9 +128,22 @@ def replay(
     if api not in APIS:
         fail(ValueError(f"--api {api!r}: valid: {', '.join(APIS)}"))
     writable(json=json_out)
+    if aa:
+        if len(urls) != 1:
+            fail(ValueError(f"--aa measures one server twice: give one URL, not {len(urls)}"))
+        urls = [urls[0], urls[0]]
+        label = label or "A1,A2"
+        opts["aa"] = True
     labels = _labels(label, len(urls))
+    from feather_lab.replay.preflight import check_model
+
+    try:
+        check_model(model)
+    except ValueError as err:
+        fail(err)
     endpoints = _preflight(urls)
     workloads = _workloads(opts, endpoints)
+    _probe(endpoints, workloads, api)
     _run(opts, labels, endpoints, workloads)
 
 
@@ -107,27 +169,74 @@ def _preflight(urls: list[str]) -> list[Any]:
     return endpoints
 
 
+def _probe(endpoints: list[Any], workloads: list[Any], api: str) -> None:
+    """Each server takes the workloads' largest token id (one request each), or exit 2."""
+    from feather_lab.replay.client import EndpointError
+    from feather_lab.replay.preflight import largest_token_id, probe_token_id
+
+    top = largest_token_id(workloads)
+    for endpoint in endpoints:
+        try:
+            probe_token_id(endpoint, top, api)
+        except EndpointError as err:
+            fail(err)
+
+
 def _workloads(opts: dict[str, Any], endpoints: list[Any]) -> list[Any]:
-    """The workloads, built and fitted to the smallest context the servers report."""
+    """The workloads (-w's and --dataset-name's), built and fitted to the smallest context
+    the servers report."""
+    contexts = [e.max_model_len for e in endpoints if e.max_model_len]
+    context = min(contexts) if contexts else None
+    try:
+        opts = workload_schedule(opts)
+        dataset = dataset_spec(opts)
+        chosen = names(opts["workload"]) if opts["workload"] else None
+        chosen = chosen or (() if dataset else _default_workloads(opts["model"]))
+        if not chosen and dataset is None:
+            raise ValueError("--workload or --dataset-name: name at least one")
+        out = _named_workloads(opts, chosen, context) if chosen else []
+        if dataset is not None:
+            out.append(_dataset_workload(opts, dataset, context))
+        return out
+    except ValueError as err:
+        fail(err)
+
+
+def _named_workloads(opts: dict[str, Any], chosen: Any, context: int | None) -> list[Any]:
     from feather_lab.bench.suite import BenchSpec
     from feather_lab.replay.workload import replay_workloads
 
-    chosen = names(opts["workload"]) if opts["workload"] else None
-    if not chosen and opts["model"] is None:
-        fail(ValueError("--workload: name at least one (`feather list workloads`)"))
-    contexts = [e.max_model_len for e in endpoints if e.max_model_len]
-    try:
-        spec = BenchSpec(
-            workloads=chosen or _default_workloads(opts["model"]),
-            seed=opts["seed"],
-            drop_overlong=opts["drop_overlong"],
-            **schedule_fields(opts),
+    spec = BenchSpec(
+        workloads=tuple(chosen),
+        seed=opts["seed"],
+        drop_overlong=opts["drop_overlong"],
+        **schedule_fields(opts),
+    )
+    return replay_workloads(spec, opts["model"], opts["vocab_size"], context)
+
+
+def _dataset_workload(opts: dict[str, Any], dataset: Any, context: int | None) -> Any:
+    """--dataset-name's requests in the model's vocabulary, fitted to the context."""
+    import dataclasses
+
+    from feather_lab.bench.context import fit_context
+    from feather_lab.harness.tiny_llama import ENGINE_MODELS
+    from feather_lab.replay.datasets import dataset_workload
+
+    model, vocab = opts["model"], opts["vocab_size"]
+    vocab = ENGINE_MODELS[model].vocab_size if model else vocab
+    if vocab is None:
+        raise ValueError(
+            f"--dataset-name {dataset.name}: its token ids need the model's vocabulary: "
+            "--vocab-size N (or --model for a built-in model)"
         )
-        return replay_workloads(
-            spec, opts["model"], opts["vocab_size"], min(contexts) if contexts else None
-        )
-    except ValueError as err:
-        fail(err)
+    work = dataset_workload(dataset, vocab)
+    kept, dropped = fit_context(
+        work.requests, context or 0, opts["drop_overlong"], f"{dataset.name} on the server"
+    )
+    if not kept:
+        raise ValueError(f"--dataset-name {dataset.name}: no request fits the server's context")
+    return dataclasses.replace(work, requests=kept, dropped=dropped)
 
 
 def _default_workloads(model: str | None) -> tuple[str, ...]:
@@ -141,6 +250,7 @@ def _run(opts: dict[str, Any], labels: tuple[str, ...], endpoints: list, workloa
     after Ctrl-C, with the runs that finished)."""
     from feather_lab.replay.client import ClientOptions
     from feather_lab.replay.runner import Interrupted, ReplaySpec, run_ab
+    from feather_lab.replay.vllm_fields import parse_metrics, parse_percentiles
 
     spec = ReplaySpec(
         labels=labels,
@@ -150,6 +260,8 @@ def _run(opts: dict[str, Any], labels: tuple[str, ...], endpoints: list, workloa
         ),
         slo=slo_of(opts),
         reset_prefix_cache=opts["reset_prefix_cache"],
+        percentile_metrics=_checked(parse_metrics, opts["percentile_metrics"]),
+        metric_percentiles=_checked(parse_percentiles, opts["metric_percentiles"]),
     )
     if opts["scenario"]:
         workloads = [_tagged(w, opts["scenario"]) for w in workloads]
@@ -159,6 +271,30 @@ def _run(opts: dict[str, Any], labels: tuple[str, ...], endpoints: list, workloa
         _report(cut.runs, opts, labels, endpoints, interrupted=True)
         raise typer.Exit(130) from None
     _report(runs, opts, labels, endpoints, interrupted=False)
+    _check_failures(runs, opts["max_failed"])
+
+
+def _check_failures(runs: list[dict], max_failed: float) -> None:
+    """Exit 1, saying which runs and their first errors, if requests failed past the share."""
+    from feather_lab.replay.preflight import failed_runs
+
+    bad = failed_runs(runs, max_failed)
+    if bad:
+        err_console.print(
+            f"[red]error:[/red] requests failed in {len(bad)} of {len(runs)} runs (more than "
+            f"--max-failed {max_failed:g} of a run's requests); its results do not stand:",
+            soft_wrap=True,
+        )
+        for line in bad[:10]:
+            err_console.print(f"  {line}", soft_wrap=True, markup=False)
+        raise typer.Exit(1)
+
+
+def _checked(parse: Any, text: Any) -> Any:
+    try:
+        return parse(text)
+    except ValueError as err:
+        fail(err)
 
 
 def _tagged(work: Any, scenario: str) -> Any:
@@ -184,7 +320,7 @@ def _report(
     """The median rows' table, the A/B table and the JSON record (written first)."""
     from feather_lab.bench.machine import config_provenance
     from feather_lab.bench.output import results_text, terminal_width
-    from feather_lab.replay.report import ab_text, replay_config
+    from feather_lab.replay.report import ab_text, replay_config, server_table, spread_text
 
     json_out: Path = opts["json_out"]
     if not runs:
@@ -196,7 +332,8 @@ def _report(
     config = {**config_provenance(), **replay_config(opts, labels, endpoints)}
     write_record(json_out, config=config, rows=rows, ab=ab, runs=runs, interrupted=interrupted)
     title = f"feather replay: {', '.join(f'{lb} {e.url}' for lb, e in zip(labels, endpoints))}"
-    print(results_text(rows, title, terminal_width()), flush=True)
+    print(server_table(results_text(rows, title, terminal_width())), flush=True)
+    print(spread_text(rows))
     if ab:
         print(ab_text(ab, rows))
     note = " (interrupted: the runs that finished)" if interrupted else ""

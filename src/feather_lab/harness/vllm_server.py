@@ -86,10 +86,29 @@ class ServerSpec:
         return cmd
 
 
+PORT_RANGE_ENV = "FEATHER_PORT_RANGE"
+"""`LOW-HIGH`: the local ports servers may take (machines shared by several test runs);
+unset: any free port."""
+
+
+_handed: list[int] = []
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free local port, within `FEATHER_PORT_RANGE` when set (taken in turn: a port just
+    handed out may not be bound yet by its server)."""
+    low, _, high = os.environ.get(PORT_RANGE_ENV, "").partition("-")
+    span = list(range(int(low), int(high) + 1)) if low and high else [0]
+    start = span.index(_handed[-1]) + 1 if _handed and _handed[-1] in span else 0
+    for port in span[start:] + span[:start]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            _handed.append(port)
+            return int(s.getsockname()[1])
+    raise RuntimeError(f"no free port in {PORT_RANGE_ENV}={low}-{high}")
 
 
 def _ready(url: str) -> bool:

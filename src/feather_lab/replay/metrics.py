@@ -25,11 +25,20 @@ COUNTERS = {
     "requests_succeeded": ("vllm:request_success_total", "sglang:num_requests_total"),
     "iterations": ("vllm:iteration_tokens_total_count",),
     "iteration_tokens": ("vllm:iteration_tokens_total_sum",),
+    "feather_decisions": ("feather_decisions_total",),
+    "feather_stops": ("feather_decisions_total:stop",),
+    "feather_kv_gate_holds": ("feather_kv_gate_holds_total",),
+    "feather_engine_order_steps": ("feather_engine_order_steps_total",),
+    "feather_batches": ("feather_batch_prefix_groups_count",),
+    "feather_batch_prefix_groups": ("feather_batch_prefix_groups_sum",),
 }
 """Row field -> the counters (vLLM's, SGLang's) whose increase over the run it is. vLLM
 only: engine iterations and the tokens they computed (prompt and generated), the count and
 sum of its per-iteration token histogram, so two servers' runs of one workload can be
-compared step for step."""
+compared step for step. Feather's server only (host/metrics.py): its ADD/STOP decisions and
+STOPs, KV-gate holds, steps left to the engine's order, and the scheduled batches with their
+prefix groups (the row's `server_feather_prefix_groups_per_batch` is their mean). A
+labelled series is read summed over its labels, or one label value as `name:value`."""
 GAUGES = {
     "running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
     "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
@@ -58,6 +67,9 @@ def parse_metrics(text: str) -> dict[str, float]:
         except ValueError:
             continue
         out[name] = out.get(name, 0.0) + value
+        label = name_part.partition('="')[2].rstrip('"') if "{" in line else ""
+        if label and "," not in name_part:  # a one-label series, also by its value
+            out[f"{name}:{label}"] = value
     return out
 
 
@@ -93,11 +105,16 @@ def metric_fields(
     if before is not None and after is not None:
         for key, names in COUNTERS.items():
             name = _first(after, names)
-            if name is not None and name in before:
-                out[f"server_{key}"] = after[name] - before[name]
+            if name is not None and (name in before or name.startswith("feather_")):
+                # Feather's series appear once its engine first wrote: absent is zero then
+                out[f"server_{key}"] = after[name] - before.get(name, 0.0)
         queries = out.get("server_prefix_cache_queries")
         if queries:
             out["server_prefix_hit_rate"] = round(out["server_prefix_cache_hits"] / queries, 4)
+        batches = out.get("server_feather_batches")
+        if batches:
+            groups = out["server_feather_batch_prefix_groups"] / batches
+            out["server_feather_prefix_groups_per_batch"] = round(groups, 3)
     for key in GAUGES:
         values = [s[key] for s in samples if key in s]
         if values:

@@ -22,6 +22,7 @@ import httpx
 from feather_lab.replay.client import ClientOptions, Endpoint, Outcome, run_schedule
 from feather_lab.replay.metrics import metric_fields, sample_gauges, scrape
 from feather_lab.replay.summary import ab_rows, median_row, run_row
+from feather_lab.replay.vllm_fields import DEFAULT_METRICS, vllm_fields
 from feather_lab.replay.workload import ReplayWorkload
 from feather_lab.sim.result import SLO
 
@@ -35,6 +36,9 @@ class ReplaySpec:
     slo: SLO = field(default_factory=SLO)
     metrics_interval_s: float = 1.0
     reset_prefix_cache: bool = True
+    percentile_metrics: tuple[str, ...] = DEFAULT_METRICS
+    """Metrics of the row's vLLM-named percentile fields (vllm_fields.py)."""
+    metric_percentiles: tuple[float, ...] = (99.0,)
 
 
 class Interrupted(Exception):
@@ -92,6 +96,7 @@ def run_once(
         row = run_row(work.name, label, outcomes, spec.slo)
         raise Interrupted([{**row, "interrupted": True}]) from None
     row = run_row(work.name, label, outcomes, spec.slo)
+    row = {**vllm_fields(outcomes, spec.percentile_metrics, spec.metric_percentiles), **row}
     row["client_cpu_s"] = round(time.process_time() - cpu0, 3)
     if "server_preemptions" in server:
         row["preemptions"] = server["server_preemptions"]

@@ -125,7 +125,19 @@ def median_row(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     mid = statistics.median(tput)
     row["output_tok_s_spread"] = round((max(tput) - min(tput)) / mid, 4) if mid else None
     row["failed_by"] = _summed([r.get("failed_by") or {} for r in runs])
+    row["runs_by_metric"] = {
+        key: [r[key] for r in runs if isinstance(r.get(key), (int, float))] for key, _ in AB_METRICS
+    }
     return row
+
+
+def within_noise(a_runs: Sequence[float], b_runs: Sequence[float]) -> bool | None:
+    """Whether B's difference from A is inside the run-to-run spread: the ranges of the two
+    sides' runs overlap (pooled, neither side is apart from the other). None with fewer than
+    two runs on a side: no spread to read it against."""
+    if len(a_runs) < 2 or len(b_runs) < 2:
+        return None
+    return min(b_runs) <= max(a_runs) and min(a_runs) <= max(b_runs)
 
 
 def _summed(counts: list[dict[str, int]]) -> dict[str, int]:
@@ -152,8 +164,13 @@ def ab_rows(rows: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[dict[
         for key, better in AB_METRICS:
             a, b = base.get(key), r.get(key)
             ratio = round(b / a, 3) if isinstance(a, (int, float)) and a and b is not None else None
+            noise = within_noise(
+                base.get("runs_by_metric", {}).get(key, []),
+                r.get("runs_by_metric", {}).get(key, []),
+            )
             table.append(
                 {"workload": r["workload"], "a": labels[0], "b": r["policy"], "metric": key,
-                 "a_value": a, "b_value": b, "b_over_a": ratio, "better": better}
+                 "a_value": a, "b_value": b, "b_over_a": ratio, "better": better,
+                 "within_noise": noise}
             )  # fmt: skip
     return table

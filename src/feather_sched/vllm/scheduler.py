@@ -24,6 +24,7 @@ serves both; the async one can also be named directly.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
@@ -31,12 +32,14 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from feather_sched import __version__
 from feather_sched.host.admission import HostStats
+from feather_sched.host.metrics import MetricsPublisher
 from feather_sched.host.tracker import RequestTracker, chunk_blocks
-from feather_sched.host.versions import check_engine_version
+from feather_sched.host.versions import SUPPORTED, check_engine_version
 from feather_sched.policies.base import Policy
 from feather_sched.policies.registry import make_policy
-from feather_sched.settings import FeatherSettings
+from feather_sched.settings import ENV, FeatherSettings
 from feather_sched.vllm.admission import AdmissionController, FeatherRequestQueue
 
 __all__ = ["FeatherAsyncScheduler", "FeatherScheduler"]
@@ -54,6 +57,22 @@ def _log_through_vllm() -> None:
         ours.addHandler(handler)
     ours.setLevel(theirs.getEffectiveLevel())
     ours.propagate = False
+
+
+def start_line(settings: FeatherSettings, policy: str, chunk: int, cls: str) -> str:
+    """The one line that says, in the engine's log, that Feather schedules, how, for which
+    vLLM releases, and how to turn it off."""
+    options = json.dumps(dict(settings.policy_options), sort_keys=True)
+    if settings.enabled:
+        what = f"policy {policy!r}, options {options}"
+        switch = f"turn off: {ENV['policy']}=off, or leave out --scheduler-cls"
+    else:
+        what = f"policy off ({ENV['policy']}=off): vLLM's own order"
+        switch = f"turn on: unset {ENV['policy']}"
+    return (
+        f"feather scheduler: {what}, CHT chunk {chunk} tokens ({cls}); Feather {__version__} "
+        f"for vLLM {SUPPORTED['vllm'].specifier}; {switch}"
+    )
 
 
 def _policy(settings: FeatherSettings) -> Policy:
@@ -100,12 +119,9 @@ class FeatherScheduler(Scheduler):
         self.waiting = FeatherRequestQueue(self.waiting, self.feather)
         self._feather_steps: dict[int, tuple[float, int]] = {}
         self._feather_last_done = 0.0
-        logger.info(
-            "feather scheduler: policy %r, CHT chunk %d tokens (%s)",
-            policy.name if settings.enabled else "off: vLLM's own order",
-            index.cht.chunk_size,
-            type(self).__name__,
-        )
+        name = policy.name if settings.enabled else "off"
+        self.feather_metrics = MetricsPublisher.from_env(name)
+        logger.info(start_line(settings, name, index.cht.chunk_size, type(self).__name__))
 
     @property
     def feather_stats(self) -> HostStats:
@@ -122,6 +138,7 @@ class FeatherScheduler(Scheduler):
             if len(self._feather_steps) > 64:  # outputs vLLM never reported back (defensive)
                 self._feather_steps.clear()
             self._feather_steps[id(output)] = (start, self._prefill_tokens(output))
+            self.feather_metrics.observe_groups(self.feather.index.cht.num_running_roots)
         return output
 
     def _prefill_tokens(self, output) -> int:
@@ -152,9 +169,15 @@ class FeatherScheduler(Scheduler):
             self._feather_last_done = done
             if self.feather_state is not None:
                 self.feather_state.maybe_save(self.feather.policy)
+        if self.feather_metrics.due(idle=not self.requests):
+            self.feather_metrics.publish(self.feather.stats, self._kv_holds())
         return result
 
+    def _kv_holds(self) -> int:
+        return int(getattr(self.feather.policy, "kv_refusals", 0))
+
     def shutdown(self) -> None:
+        self.feather_metrics.publish(self.feather.stats, self._kv_holds())
         if self.feather_state is not None:
             self.feather_state.save(self.feather.policy)
         super().shutdown()

@@ -1,0 +1,126 @@
+"""`feather replay` against vLLM's own client (`vllm bench serve`, vllm.benchmarks.serve) on
+one server: the tiny random-weight Llama on vLLM's CPU backend, the same `random` dataset
+parameters, the two clients interleaved (their order alternating), the server's prefix cache
+emptied before every run, after one warm-up run of each (a fresh server's first requests
+pay one-time costs). Records each client process's CPU seconds too (it shares the machine's
+cores with the server). Records each run's output throughput and TTFT under vLLM's field
+names, the medians side by side with their ratio, and whether the two agree within 15%.
+
+Run in the vLLM environment, from the repository root:
+    PYTHONPATH=src python benchmarks/replay/vllm_client_check.py \
+        --json benchmarks/replay/vllm-client-check.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+
+from feather_lab.bench.machine import write_record
+from feather_lab.harness.tiny_llama import build_tiny_llama
+from feather_lab.harness.vllm_server import ServerSpec, served
+
+FIELDS = ("output_throughput", "request_throughput", "mean_ttft_ms", "median_ttft_ms",
+          "p99_ttft_ms", "mean_tpot_ms", "client_process_cpu_s", "completed", "failed")  # fmt: skip
+AGREE = 0.15
+
+
+def dataset_args(a: argparse.Namespace, seed: int) -> list[str]:
+    """The same options, by the same names, for both clients."""
+    out = ["--dataset-name", "random", "--num-prompts", str(a.num_prompts)]
+    out += ["--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len)]
+    out += ["--request-rate", "inf", "--seed", str(seed)]
+    return [*out, "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99"]
+
+
+def run_replay(url: str, a: argparse.Namespace, seed: int, out: Path) -> dict:
+    cmd = [sys.executable, "-m", "feather_lab.cli", "replay", url, *dataset_args(a, seed)]
+    cmd += ["--vocab-size", "512", "--json", str(out)]
+    cpu = _child_cpu(cmd)
+    return {**json.loads(out.read_text())["rows"][0], "client_process_cpu_s": cpu}
+
+
+def run_vllm_client(url: str, model: str, a: argparse.Namespace, seed: int, out: Path) -> dict:
+    httpx.post(url + "/reset_prefix_cache", timeout=30).raise_for_status()  # as replay does
+    code = (
+        "import sys; from vllm.benchmarks.serve import add_cli_args, main; "
+        "from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+        "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))"
+    )
+    cmd = [sys.executable, "-c", code, "--backend", "vllm", "--base-url", url, "--model", model]
+    cmd += ["--tokenizer", model, *dataset_args(a, seed), "--ignore-eos", "--disable-tqdm"]
+    cmd += ["--save-result", "--result-dir", str(out.parent), "--result-filename", out.name]
+    cpu = _child_cpu(cmd)
+    return {**json.loads(out.read_text()), "client_process_cpu_s": cpu}
+
+
+def _child_cpu(cmd: list[str]) -> float:
+    """Run the client; its process's CPU seconds (user + system, imports included)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--num-prompts", type=int, default=200)
+    parser.add_argument("--input-len", type=int, default=256)
+    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--json", default=None)
+    a = parser.parse_args()
+    runs: dict[str, list[dict]] = {"feather replay": [], "vllm bench serve": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        model = str(build_tiny_llama(work / "tiny-llama"))
+        with served([ServerSpec(model)], work) as (server,):
+            for rep in range(-1, a.repeats):  # -1: the warm-up, not recorded
+                order = list(runs) if rep % 2 == 0 else list(runs)[::-1]
+                for client in order:
+                    out = work / f"{client.split()[0]}-{rep}.json"
+                    if client == "feather replay":
+                        got = run_replay(server.url, a, rep + 1, out)
+                    else:
+                        got = run_vllm_client(server.url, model, a, rep + 1, out)
+                    print(client, rep, {k: got.get(k) for k in FIELDS[:7]}, flush=True)
+                    if rep >= 0:
+                        runs[client].append({k: got.get(k) for k in FIELDS} | {"repeat": rep})
+    report(runs, a)
+
+
+def report(runs: dict[str, list[dict]], a: argparse.Namespace) -> None:
+    med = {
+        c: {k: statistics.median(r[k] for r in rs) for k in FIELDS[:7]} for c, rs in runs.items()
+    }
+    ours, theirs = med["feather replay"], med["vllm bench serve"]
+    ratio = {k: ours[k] / theirs[k] for k in FIELDS[:7] if theirs[k]}
+    keys = ("output_throughput", "mean_ttft_ms")
+    spread = {
+        c: {k: (max(r[k] for r in rs) - min(r[k] for r in rs)) / med[c][k] for k in keys}
+        for c, rs in runs.items()
+    }
+    agree = {k: abs(ratio[k] - 1) <= AGREE for k in ("output_throughput", "mean_ttft_ms")}
+    for k in FIELDS[:7]:
+        print(
+            f"{k:<22} replay {ours[k]:10.2f}  vllm {theirs[k]:10.2f}  ratio {ratio.get(k, 0):.3f}"
+        )
+    print("spread (max-min)/median:", json.dumps(spread), "agree within 15%:", agree)
+    if a.json:
+        write_record(a.json, command="PYTHONPATH=src python benchmarks/replay/vllm_client_check.py",
+                     config=vars(a), runs=runs, medians=med, ratio_replay_over_vllm=ratio,
+                     spread=spread, agree_within_15pct=agree,
+                     commit=os.environ.get("FEATHER_COMMIT"))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

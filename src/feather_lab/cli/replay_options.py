@@ -1,0 +1,116 @@
+"""`feather replay`'s options that `vllm bench serve` has too, under its names and meaning
+(vllm/benchmarks/serve.py and datasets/datasets.py in vLLM 0.32), and the dataset they make."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+import typer
+
+VLLM = "vllm bench serve's options"
+
+DatasetName = Annotated[
+    str | None,
+    typer.Option(
+        help="A vLLM-generated dataset beside (or instead of) -w: random or prefix_repetition, "
+        "as `vllm bench serve --dataset-name` makes them, sent as token ids.",
+        rich_help_panel=VLLM,
+    ),
+]
+NumPrompts = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Prompts of --dataset-name (default 1000); with -w alone, as --limit.",
+        rich_help_panel=VLLM,
+    ),
+]
+RequestRate = Annotated[
+    float,
+    typer.Option(
+        help="Requests per second (inf: all at once), for --dataset-name; a finite rate with "
+        "-w alone is --rates RATE.",
+        rich_help_panel=VLLM,
+    ),
+]
+Burstiness = Annotated[
+    float,
+    typer.Option(
+        help="Gamma shape of the gaps between arrivals (1: Poisson; <1 burstier), with a "
+        "finite --request-rate.",
+        rich_help_panel=VLLM,
+    ),
+]
+PercentileMetrics = Annotated[
+    str | None,
+    typer.Option(
+        help="Metrics whose percentiles the record's vLLM-named fields carry (ttft, tpot, "
+        "itl, e2el; default ttft,tpot,itl).",
+        rich_help_panel=VLLM,
+    ),
+]
+MetricPercentiles = Annotated[
+    str, typer.Option(help="Percentiles of those metrics, e.g. 50,99.", rich_help_panel=VLLM)
+]
+
+
+def _int(help_text: str) -> Any:
+    return Annotated[int, typer.Option(min=0, help=help_text, rich_help_panel=VLLM)]
+
+
+RandomInputLen = _int("random: mean input tokens.")
+RandomOutputLen = _int("random: mean output tokens.")
+RandomPrefixLen = _int("random: tokens of one prefix every prompt starts with.")
+RandomRangeRatio = Annotated[
+    float,
+    typer.Option(
+        help="random: lengths uniform in [len*(1-r), len*(1+r)], r in [0, 1).",
+        rich_help_panel=VLLM,
+    ),
+]
+PrefixLen = _int("prefix_repetition: prefix tokens.")
+SuffixLen = _int("prefix_repetition: suffix tokens after the prefix.")
+NumPrefixes = _int("prefix_repetition: distinct prefixes.")
+PrefixOutputLen = _int("prefix_repetition: output tokens.")
+
+
+def dataset_spec(opts: dict[str, Any]) -> Any:
+    """The `DatasetSpec` of the options, or None without --dataset-name."""
+    from feather_lab.replay.datasets import DatasetSpec
+
+    if opts["dataset_name"] is None:
+        return None
+    return DatasetSpec(
+        name=opts["dataset_name"],
+        num_prompts=opts["num_prompts"] or 1000,
+        request_rate=opts["request_rate"],
+        burstiness=opts["burstiness"],
+        seed=opts["seed"],
+        random_input_len=opts["random_input_len"],
+        random_output_len=opts["random_output_len"],
+        random_range_ratio=opts["random_range_ratio"],
+        random_prefix_len=opts["random_prefix_len"],
+        prefix_len=opts["prefix_repetition_prefix_len"],
+        suffix_len=opts["prefix_repetition_suffix_len"],
+        num_prefixes=opts["prefix_repetition_num_prefixes"],
+        prefix_output_len=opts["prefix_repetition_output_len"],
+    )
+
+
+def workload_schedule(opts: dict[str, Any]) -> dict[str, Any]:
+    """--num-prompts and --request-rate applied to -w's workloads (as --limit and --rates,
+    unless those are given); a ValueError where the two disagree."""
+    out = dict(opts)
+    if opts["num_prompts"] is not None and opts["dataset_name"] is None:
+        if opts["limit"] not in (None, opts["num_prompts"]):
+            raise ValueError("--num-prompts and --limit disagree: give one")
+        out["limit"] = opts["num_prompts"]
+    rate = opts["request_rate"]
+    if not math.isinf(rate) and opts["dataset_name"] is None:
+        if opts["rates"] is not None or opts["arrival"] is not None:
+            raise ValueError("--request-rate with -w is --rates RATE: give one of them")
+        out["rates"] = f"{rate:g}"
+    if opts["burstiness"] != 1.0 and opts["dataset_name"] is None:
+        raise ValueError("--burstiness applies to --dataset-name's arrivals (-w: --arrival)")
+    return out
