@@ -74,10 +74,17 @@ def main() -> None:
     print(f"snapshot write: median {write_us:.1f} us (min {min(write):.1f}, max {max(write):.1f})")
     print(f"amortised at {args.steps_per_s:g} steps/s: {amortised:.0f} ns per step")
     if args.json:
-        write_record(args.json, command="python benchmarks/vllm/metrics_cost.py", repeats=args.repeats,
-                     per_step_ns=step, snapshot_write_us=write, per_step_ns_median=step_ns,
-                     snapshot_write_us_median=write_us, steps_per_s=args.steps_per_s,
-                     amortised_ns_per_step=amortised)  # fmt: skip
+        write_record(
+            args.json,
+            command="python benchmarks/vllm/metrics_cost.py",
+            repeats=args.repeats,
+            per_step_ns=step,
+            snapshot_write_us=write,
+            per_step_ns_median=step_ns,
+            snapshot_write_us_median=write_us,
+            steps_per_s=args.steps_per_s,
+            amortised_ns_per_step=amortised,
+        )
 
 
 if __name__ == "__main__":
