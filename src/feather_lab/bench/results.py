@@ -190,7 +190,7 @@ def compare_text(
 
 POLICY_LINES = {
     "fcfs": "vLLM V1's and SGLang's default: queue order (the baseline)",
-    "vllm-cache-aware": "vLLM 0.34 cache-aware window: head reordered by cached tokens",
+    "vllm-cache-aware": "vLLM 0.34's cache-aware window: head by cached tokens",
     "lpm": "SGLang longest prefix match (fcfs above 128 waiting)",
     "dfs-weight": "SGLang DFS over the prefix tree, heaviest subtree first",
     "hrrn": "SGLang highest response ratio next, token-based aging",

@@ -106,7 +106,8 @@ class BenchSpec:
         """The bench's cost models, each resolved once from its names (a ValueError names a
         bad one): the simulated engine's, and feather's prior when feather runs."""
         run = resolve_cost(self.hardware, self.model, self.kernel)
-        return BenchCosts(run, self.feather_cost() if "feather" in self.policies else None)
+        prior = {"feather", "feather-hold"} & set(self.policies)
+        return BenchCosts(run, self.feather_cost() if prior else None)
 
     def validate(self) -> None:
         """Every option checked before anything runs; a ValueError names the bad value."""

@@ -75,7 +75,7 @@ def run_bench(
                 cost,
                 wname,
                 prepared_workload,
-                lambda: shared_feather or make_policy("feather", cost=costs.feather),
+                lambda name: _make_policy(name, costs.feather, shared_feather),
                 tick,
                 on_sim,
                 steps_file,
@@ -98,15 +98,15 @@ def _run_workload(
     cost: StepCostModel,
     wname: str,
     prepared: PreparedWorkload,
-    make_feather: Callable[[], Policy],
+    make: Callable[[str], Policy],
     tick: Callable[[str], None],
     on_sim: Callable[[str, int, int], None] | None,
     steps_file: Any,
     rows: list[dict],
 ) -> None:
     """Every policy on one workload: a row appended to `rows` as each run finishes.
-    `make_feather`: the feather policy of a run (the bench's one learning feather with
-    `--policy-state`, else a fresh one with the bench's prior)."""
+    `make`: a run's policy by name (the bench's one learning feather with `--policy-state`;
+    feather's step-cost prior for the policies that take it)."""
     from feather_lab.bench.steplog import StepRecorder
 
     requests = prepared.requests
@@ -124,7 +124,7 @@ def _run_workload(
                 on_run=lambda cap, _r, label=label: tick(f"{label} (cap {cap})"),
             )
         else:
-            policy = make_feather() if pname == "feather" else make_policy(pname)
+            policy = make(pname)
             if steps_file is not None:
                 labels = {"workload": wname, "policy": pname}
                 policy = StepRecorder(policy, steps_file, labels)
@@ -134,6 +134,18 @@ def _run_workload(
     if UNBOUNDED_KV in preset_bounds(prepared.base or wname):
         rows.append(_unbounded_kv_row(spec, cost, wname, prepared, engine))
         tick(f"{wname} / {UNBOUNDED_KV}")
+
+
+PRIOR_POLICIES = frozenset({"feather-hold"})
+"""Besides `feather`, the policies that take its step-cost prior (as on the real engines)."""
+
+
+def _make_policy(name: str, prior: StepCostModel | None, shared: Policy | None) -> Policy:
+    if name == "feather" and shared is not None:
+        return shared
+    if name == "feather" or name in PRIOR_POLICIES:
+        return make_policy(name, cost=prior)
+    return make_policy(name)
 
 
 def _unbounded_kv_row(
