@@ -53,3 +53,4 @@ def test_vllm_cpu_quickstart_runs_as_written(tmp_path: Path) -> None:
     completion = json.loads(out[out.index("{") : out.rindex("}") + 1])
     assert completion["usage"]["completion_tokens"] == 8
     assert "feather scheduler: policy 'feather'" in out and "FeatherScheduler" in out
+    assert 'feather_info{policy="feather"}' in out  # Feather's series on vLLM's /metrics
