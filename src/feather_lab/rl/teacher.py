@@ -52,7 +52,7 @@ class RecordingFeather(FeatherPolicy):
         self._view = view
         return super().accept(view, request_id)
 
-    def asks(self, state: DecisionState) -> bool:
+    def asks(self, state: DecisionState, grouped: bool = True) -> bool:
         return learned_decision_point(state)  # record where the learned policy will decide
 
     def decide(

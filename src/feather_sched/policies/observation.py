@@ -122,8 +122,8 @@ class DelegatedFeather(FeatherPolicy):
         self._view = view  # `decide` builds the observation from it
         return super().accept(view, request_id)
 
-    def asks(self, state: DecisionState) -> bool:
-        return learned_decision_point(state)
+    def asks(self, state: DecisionState, grouped: bool = True) -> bool:
+        return learned_decision_point(state)  # where it was trained to decide, in any order
 
     def decide(
         self, state: DecisionState, prior: tuple[float, float] | None = None, explore: bool = True
