@@ -49,7 +49,7 @@ def _snapshot(cache: PagedKVCache):
             k: (list(s.blocks), s.num_tokens, s.capacity, s.num_committed)
             for k, s in cache._seqs.items()
         },
-        (cache._used, cache._shared_blocks, cache._shared_refs),
+        (cache.num_used_blocks, cache.shared_blocks, cache.shared_refs),
         (cache.total_hit_tokens, cache.total_queried_tokens, cache.num_evictions),
     )
 
@@ -363,10 +363,10 @@ def test_check_invariants_detects_corruption():
     with pytest.raises(KVCacheInvariantError, match="refcount"):
         cache.check_invariants()
     cache._ref[cache.blocks_of("a")[0]] -= 1
-    cache._shared_refs += 1
+    cache.shared_refs += 1
     with pytest.raises(KVCacheInvariantError, match="shared_refs"):
         cache.check_invariants()
-    cache._shared_refs -= 1
+    cache.shared_refs -= 1
     cache._plain.append(cache.blocks_of("a")[2])
     with pytest.raises(KVCacheInvariantError, match="free"):
         cache.check_invariants()

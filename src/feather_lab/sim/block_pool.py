@@ -28,27 +28,12 @@ class BlockPool:
         self._plain: list[int] = list(range(self.num_blocks - 1, -1, -1))
         # Unreferenced registered blocks in LRU order (first = evicted first).
         self._evictable: OrderedDict[int, None] = OrderedDict()
-        self._used = 0  # blocks with refcount > 0
-        self._shared_blocks = 0  # blocks with refcount >= 2
-        self._shared_refs = 0  # sum of refcounts over blocks with refcount >= 2
+        self.num_used_blocks = 0  # blocks referenced by at least one live sequence
+        self.shared_blocks = 0  # blocks referenced by two or more live sequences
+        self.shared_refs = 0  # sum of refcounts over blocks with refcount >= 2
         self.num_evictions = 0
 
     # ------------------------------------------------------------------ stats
-    @property
-    def num_used_blocks(self) -> int:
-        """Blocks referenced by at least one live sequence."""
-        return self._used
-
-    @property
-    def shared_blocks(self) -> int:
-        """Blocks referenced by two or more live sequences."""
-        return self._shared_blocks
-
-    @property
-    def shared_refs(self) -> int:
-        """Sum of reference counts over blocks with refcount >= 2."""
-        return self._shared_refs
-
     @property
     def num_free_blocks(self) -> int:
         """Blocks allocatable now: uncached free plus evictable cached blocks."""
@@ -67,7 +52,7 @@ class BlockPool:
     @property
     def usage(self) -> float:
         """Fraction of blocks referenced by live sequences (vLLM's kv usage)."""
-        return self._used / self.num_blocks
+        return self.num_used_blocks / self.num_blocks
 
     def refcount(self, block_id: int) -> int:
         return self._ref[block_id]
@@ -101,7 +86,7 @@ class BlockPool:
                 ref[b] = 1
                 out.append(b)
             self.num_evictions += n - k
-        self._used += n
+        self.num_used_blocks += n
 
     def _reference(self, hits: list[int]) -> None:
         """One more reader for each cached hit block: an unreferenced one leaves the
@@ -119,9 +104,9 @@ class BlockPool:
             else:
                 shared_refs += 1
             ref[b] = r + 1
-        self._used += used
-        self._shared_blocks += shared_blocks
-        self._shared_refs += shared_refs
+        self.num_used_blocks += used
+        self.shared_blocks += shared_blocks
+        self.shared_refs += shared_refs
 
     def _release(self, blocks: list[int]) -> None:
         """One reader fewer for each block, last block first: one left unreferenced goes to
@@ -146,9 +131,9 @@ class BlockPool:
                 shared_refs += 2
             else:
                 shared_refs += 1
-        self._used -= released
-        self._shared_blocks -= shared_blocks
-        self._shared_refs -= shared_refs
+        self.num_used_blocks -= released
+        self.shared_blocks -= shared_blocks
+        self.shared_refs -= shared_refs
 
     # ---------------------------------------------------------- hash registry
     def _register(self, blocks: list[int], hashes: Sequence[int], start: int, end: int) -> int:

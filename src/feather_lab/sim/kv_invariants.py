@@ -122,11 +122,11 @@ class CheckedBlockPool(BlockPool):
         used = sum(1 for r in self._ref if r > 0)
         shared = sum(1 for r in self._ref if r >= 2)
         shared_refs = sum(r for r in self._ref if r >= 2)
-        if used != self._used:
-            _fail(f"num_used_blocks {self._used} != recount {used}")
+        if used != self.num_used_blocks:
+            _fail(f"num_used_blocks {self.num_used_blocks} != recount {used}")
         if used + self.num_free_blocks != self.num_blocks:
             _fail(f"used {used} + free {self.num_free_blocks} != num_blocks {self.num_blocks}")
-        if shared != self._shared_blocks:
-            _fail(f"shared_blocks {self._shared_blocks} != recount {shared}")
-        if shared_refs != self._shared_refs:
-            _fail(f"shared_refs {self._shared_refs} != recount {shared_refs}")
+        if shared != self.shared_blocks:
+            _fail(f"shared_blocks {self.shared_blocks} != recount {shared}")
+        if shared_refs != self.shared_refs:
+            _fail(f"shared_refs {self.shared_refs} != recount {shared_refs}")
