@@ -11,6 +11,9 @@ reuses the rows that do not depend on Feather's code (`pow2/fcfs`, `prefix-affin
 from an earlier record. Usage:
   python benchmarks/cluster/cluster_grid.py --json benchmarks/cluster/cluster-grid.json
   python benchmarks/cluster/cluster_grid.py --baseline benchmarks/cluster/cluster-grid.json
+  python benchmarks/cluster/cluster_grid.py --table benchmarks/cluster/cluster-grid.json
+(`--table`: no run; the record's cells per workload and replica count, over its seeds, as
+the Markdown table of benchmarks/cluster/cluster.md.)
 It prints, per cell, `feather/feather` over each Ray router, its TTFT p99 over
 prefix-affinity's and its load imbalance, marks every cell that misses a check, and ends
 with which half carried each throughput loss.
@@ -66,7 +69,12 @@ def main() -> None:
     parser.add_argument("--floor", type=float, default=1.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--hardware", default=DEFAULT_HARDWARE)
+    parser.add_argument("--table", default=None, help="print this record's table, run nothing")
     args = parser.parse_args()
+    if args.table:
+        with open(args.table) as f:
+            print(_table(json.load(f)["rows"]))
+        return
     baseline = []
     if args.baseline:
         with open(args.baseline) as f:
@@ -157,6 +165,34 @@ def _report(rows: list[dict], floor: float) -> None:
             f"  seed {seed} N {n} {workload:<14} vs {ray:<20} "
             f"{router * replica:.3f} = {router:.3f} x {replica:.3f}: {carried}"
         )
+
+
+def _table(rows: list[dict]) -> str:
+    """Per workload and replica count, over the seeds: `feather/feather` over each Ray
+    router (worst, median), its TTFT p99 over prefix-affinity's (worst), its load imbalance
+    and prefix-affinity's (worst)."""
+    import numpy as np
+
+    out = [
+        "| workload | N | vs prefix-affinity worst / median | vs pow2 worst / median "
+        "| TTFT p99 / PA's, worst | imbalance (PA's), worst |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    groups: dict[tuple[str, int], list[dict[str, dict]]] = {}
+    for (_, n, workload), pairs in _by_cell(rows).items():
+        groups.setdefault((workload, n), []).append(pairs)
+    for (workload, n), cells in sorted(groups.items()):
+        mine = [c[FEATHER] for c in cells]
+        pa = [c["prefix-affinity/fcfs"] for c in cells]
+        vs = {ray: [r[f"vs_{ray}"] for r in mine] for ray in RAY}
+        ttft = max(r["ttft_p99_s"] / p["ttft_p99_s"] for r, p in zip(mine, pa, strict=True))
+        imb = max(r["load_imbalance"] for r in mine)
+        imb_pa = max(p["load_imbalance"] for p in pa)
+        ratios = " | ".join(
+            f"{min(vs[ray]):.3f} / {float(np.median(vs[ray])):.3f}" for ray in RAY[::-1]
+        )
+        out.append(f"| {workload} | {n} | {ratios} | {ttft:.2f} | {imb:.2f} ({imb_pa:.2f}) |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
