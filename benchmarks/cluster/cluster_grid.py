@@ -3,7 +3,7 @@
 A router rule tuned on one seed's table tends to fix one row and break another, so every
 change to `routing.feather_rule.FeatherRule` or its pricing is checked on this whole grid
 (the simulated cluster of `feather bench --replicas N` on the measured H200 profile, the
-suite's workloads and long-context, seeds 0-2, 2/4/8 replicas). Every cell runs the bench's
+suite's workloads, long-context among them, seeds 0-2, 2/4/8 replicas). Every cell runs the bench's
 five router/policy pairs (`bench.cluster.DEFAULT_PAIRS`), so a loss of `feather/feather` is
 split into its router half (`feather/fcfs` over the Ray router's `R/fcfs`) and its replica
 half (`feather/feather` over `feather/fcfs`); the two multiply to the loss. `--baseline`
@@ -34,7 +34,7 @@ from feather_lab.bench.cluster import (
 from feather_lab.bench.machine import write_record
 from feather_lab.bench.suite import DEFAULT_HARDWARE, DEFAULT_WORKLOADS, BenchSpec
 
-WORKLOADS = (*DEFAULT_WORKLOADS, "long-context")
+WORKLOADS = tuple(DEFAULT_WORKLOADS)
 PAIRS = tuple(f"{r}/{p}" for r, p in DEFAULT_PAIRS)
 RAY = ("pow2/fcfs", "prefix-affinity/fcfs")
 """Ray's routers as deployed: their rows do not depend on Feather's code."""
