@@ -26,8 +26,8 @@ class FeatherRule(RoutingRule):
     requests are in flight (mean 1: cap 2); over many requests it vanishes against the mean.
     Among eligible replicas: the ones holding the request's deepest prefix (at least
     `min_match_chunks` chunks), least loaded first; if none holds any of it, the request
-    opens a group on the eligible replica, among those running at most one group more than
-    the fewest, with the least prefix KV resident (its share of the cluster's prefix work).
+    opens a group on the eligible replica with the least prefix KV resident (its share of
+    the cluster's prefix work; the bound keeps request counts even).
     Before all of this, a replica without KV free for the request's whole life (its
     outstanding requests at their longest, plus this one: `PlacementPricer.fits`) is no
     option while another has it.
@@ -188,13 +188,12 @@ class FeatherRule(RoutingRule):
             first = [self._spill(request, holders, eligible, load, now)]
             self.stats["spilled" if first[0] not in holders else "kept"] += 1
         else:
-            # a new group: among the eligible replicas running at most one group more than the
-            # fewest, the least KV-resident (a group's work grows with its prefix, which a
-            # count of groups does not see; the count keeps members' decode work even)
+            # a new group: the eligible replica with the least prefix KV resident (a group's
+            # prefill, cache and decode reads grow with its prefix, which a count of groups
+            # does not see: sessions of 10k and 60k tokens are not the same work; the bound
+            # keeps the request counts even)
             res = self.ledger.resident
-            fewest = min(self.groups(r) for r in eligible)
-            opening = [r for r in eligible if self.groups(r) <= fewest + 1]
-            first = [min(opening, key=lambda r: (res[r], load[r]))]
+            first = [min(eligible, key=lambda r: (res[r], load[r]))]
             self.stats["new_group"] += 1
         rest = sorted((r for r in cands if r not in first), key=lambda r: (-depth[r], load[r]))
         return [first, rest]
