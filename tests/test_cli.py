@@ -307,5 +307,6 @@ def test_bench_says_what_the_scheduler_sees(tmp_path: Path) -> None:
         assert json.loads(out.read_text())["config"]["scheduler_sees_output"] == sees
     bad = runner.invoke(app, [*small, "--scheduler-sees-output", "oracle", "--json",
                               str(tmp_path / "bad.json")], terminal_width=300)  # fmt: skip
-    assert bad.exit_code == 2 and "--scheduler-sees-output 'oracle': valid: cap, exact" in bad.stderr
+    said = "--scheduler-sees-output 'oracle': valid: cap, exact"
+    assert bad.exit_code == 2 and said in bad.stderr
     assert not (tmp_path / "bad.json").exists()
