@@ -293,3 +293,20 @@ def test_sglang_bench_without_sglang_is_a_clear_error() -> None:
     assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output
     assert "--engine sglang needs SGLang" in result.stderr
     assert "pip install --no-deps sglang==0.5.23" in result.stderr
+
+
+def test_bench_says_what_the_scheduler_sees(tmp_path: Path) -> None:
+    """`cap` by default, `exact` on request, in the header and the JSON; a bad value exits 2
+    before any run."""
+    small = ["bench", "-w", "document-qa", "--policies", "fcfs", "--limit", "16"]
+    for given, sees in ((), "cap"), (("--scheduler-sees-output", "exact"), "exact"):
+        out = tmp_path / f"{sees}.json"
+        result = runner.invoke(app, [*small, *given, "--json", str(out)], terminal_width=300)
+        assert result.exit_code == 0, result.output
+        assert f"scheduler sees output: {sees}" in result.output
+        assert json.loads(out.read_text())["config"]["scheduler_sees_output"] == sees
+    bad = runner.invoke(app, [*small, "--scheduler-sees-output", "oracle", "--json",
+                              str(tmp_path / "bad.json")], terminal_width=300)  # fmt: skip
+    said = "--scheduler-sees-output 'oracle': valid: cap, exact"
+    assert bad.exit_code == 2 and said in bad.stderr
+    assert not (tmp_path / "bad.json").exists()

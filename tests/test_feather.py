@@ -392,11 +392,13 @@ def test_precision_weighted_prior_and_data() -> None:
 
 
 def test_model_prior_decides_the_first_admissions_of_a_burst() -> None:
-    """Two long-prefix groups arriving at once: with the hardware's cost model the very
-    first decision keeps the batch homogeneous; without one, the table starts from ADD."""
-    reqs = LongPrefixWorkload(
-        num_prefixes=2, prefix_len=8000, requests_per_prefix=100, output_len=30
-    ).generate(0)
+    """Two long-prefix groups arriving at once, their outputs known (ignore_eos): with the
+    hardware's cost model the very first decision keeps the batch homogeneous; without one,
+    the table starts from ADD. Known only by their caps, before any output has finished, the
+    first decision has nothing to price a 30-token output by: the engine's order, never
+    worse."""
+    shape = {"num_prefixes": 2, "prefix_len": 8000, "requests_per_prefix": 100, "output_len": 30}
+    reqs = LongPrefixWorkload(**shape, ignore_eos=True).generate(0)
     cfg = EngineConfig(max_num_seqs=256)
     informed = FeatherPolicy(cost=COST, max_hold_steps=None)
     result = simulate(reqs, informed, COST, cfg)
@@ -411,6 +413,9 @@ def test_model_prior_decides_the_first_admissions_of_a_burst() -> None:
     # The hold bound is the KV gate's: the bandit's STOPs are not cut short by it.
     default = simulate(reqs, FeatherPolicy(cost=COST), COST, cfg)
     assert default.output_tok_s == result.output_tok_s
+    capped = LongPrefixWorkload(**shape).generate(0)
+    blind = simulate(capped, FeatherPolicy(cost=COST), COST, cfg)
+    assert blind.output_tok_s >= simulate(capped, make_policy("fcfs"), COST, cfg).output_tok_s
 
 
 def test_model_prior_adds_where_batching_pays() -> None:

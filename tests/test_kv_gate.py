@@ -252,7 +252,9 @@ candidates = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(
     free=st.integers(0, 120),
-    running=st.lists(st.tuples(*[st.integers(0, 200)] * 3, st.booleans()), max_size=6),
+    running=st.lists(
+        st.tuples(*[st.integers(0, 200)] * 3, st.booleans(), st.integers(0, 200)), max_size=6
+    ),
     cands=candidates,
     gains=st.lists(st.integers(0, 3), min_size=12, max_size=12),
     stops=st.booleans(),
@@ -330,7 +332,10 @@ def test_peak_splits_at_the_candidate(running, candidate, bs) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    running=st.lists(st.tuples(*[st.integers(0, 3 * CLIP_TOKENS)] * 3, st.booleans()), max_size=12),
+    running=st.lists(
+        st.tuples(*[st.integers(0, 3 * CLIP_TOKENS)] * 3, st.booleans(), st.integers(0, 99)),
+        max_size=12,
+    ),
     bs=st.sampled_from([1, 16, 32]),
     steps=st.integers(0, 700),
 )
@@ -343,7 +348,7 @@ def test_snapshot_sums_each_running_requests_blocks(running, bs, steps) -> None:
     for _ in range(steps):
         gate.begin_step(view)
     assert gate._snapshot(view)
-    prefills = [_blocks(h + p, bs) - _blocks(h, bs) for h, p, _, _ in running]
-    reserves = [gate._reserve(left, firm) for _, _, left, firm in running]
+    prefills = [_blocks(h + p, bs) - _blocks(h, bs) for h, p, _, _, _ in running]
+    reserves = [gate._reserve(left, firm, done) for _, _, left, firm, done in running]
     assert gate._free == 7 and (gate._prefill, gate._remaining) == (prefills, reserves)
     assert gate._bound == sum(p + _blocks(r, bs) for p, r in zip(prefills, reserves))

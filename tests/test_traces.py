@@ -41,6 +41,8 @@ def same(a: list[Request], b: list[Request]) -> bool:
         and x.arrival_time == y.arrival_time
         and x.group == y.group
         and x.meta == y.meta
+        and x.max_tokens == y.max_tokens
+        and x.ignore_eos == y.ignore_eos
         for x, y in zip(a, b, strict=True)
     )
 
@@ -255,7 +257,39 @@ def test_jsonl_round_trip_generated(tmp_path: Path) -> None:
     assert detect_format(path) == "jsonl"
     assert same(read_jsonl(path, limit=2), requests[:2])
     first = json.loads(path.read_text().splitlines()[0])
-    assert set(first) == {"id", "arrival", "output_len", "prompt", "group", "meta"}
+    assert set(first) == {"id", "arrival", "output_len", "prompt", "group", "meta", "max_tokens"}
+
+
+def _line(**fields) -> str:
+    return json.dumps({"id": "r", "arrival": 0.0, "output_len": 64, "prompt": [1, 2], **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "cap", "firm"),
+    [({}, 256, False), ({"max_tokens": 100}, 100, False), ({"ignore_eos": True}, 64, True)],
+)
+def test_jsonl_caps_default_or_given(tmp_path: Path, fields: dict, cap: int, firm: bool) -> None:
+    """A line's own cap, else a client's default above its output (its output under
+    ignore_eos)."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(_line(**fields) + "\n")
+    (r,) = read_jsonl(path)
+    assert (r.max_tokens, r.ignore_eos) == (cap, firm)
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"max_tokens": 63}, "must be >= 64"),
+        ({"max_tokens": 128, "ignore_eos": True}, "must equal output_len"),
+        ({"ignore_eos": "yes"}, "expected true or false"),
+    ],
+)
+def test_jsonl_bad_caps_are_named(tmp_path: Path, fields: dict, says: str) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(_line(**fields) + "\n")
+    with pytest.raises(TraceFormatError, match=says):
+        read_jsonl(path)
 
 
 requests_strategy = st.lists(

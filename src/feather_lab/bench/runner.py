@@ -103,6 +103,7 @@ def sim_config(spec: BenchSpec, prepared: dict[str, PreparedWorkload]) -> dict[s
         "slo": {"ttft_s": spec.slo.ttft_s, "tpot_s": spec.slo.tpot_s},
         "rates": list(spec.rates) if spec.rates else None,
         "feather_hardware": spec.feather_hardware,
+        "scheduler_sees_output": engine.scheduler_sees_output,
         "engine": {
             "max_num_seqs": asked_seqs,
             "max_num_batched_tokens": engine.max_num_batched_tokens,
@@ -176,7 +177,8 @@ class SimBench:
             )
             if v is not None
         ]
-        rest = [f"{s.kernel} kernel", f"seed {s.seed}", scheduler_cpu_label(s), *extra]
+        sees = f"scheduler sees output: {s.engine.scheduler_sees_output}"
+        rest = [f"{s.kernel} kernel", f"seed {s.seed}", scheduler_cpu_label(s), sees, *extra]
         return [*textwrap.wrap(first, width), *textwrap.wrap(", ".join(rest), width)]
 
     def title(self) -> str:

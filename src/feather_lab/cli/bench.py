@@ -43,13 +43,14 @@ from feather_lab.cli.options import (
     Rates,
     RateScale,
     SchedulerCpu,
+    SchedulerSeesOutput,
     Seed,
     SloTpot,
     SloTtft,
     StepsOut,
 )
 from feather_lab.harness.vllm_engine import KvScenario, VllmBenchSpec
-from feather_lab.sim.config import EngineConfig
+from feather_lab.sim.config import SEES_OUTPUT, EngineConfig
 from feather_sched.policies.registry import policy_names
 
 BENCH_HELP = (
@@ -93,6 +94,7 @@ def bench(
     slo_tpot: SloTpot = None,
     steps_out: StepsOut = None,
     scheduler_cpu: SchedulerCpu = None,
+    scheduler_sees_output: SchedulerSeesOutput = None,
     rates: Rates = None,
     replicas: BenchReplicas = None,
     routers: BenchRouters = None,
@@ -136,6 +138,7 @@ SIM_ONLY = (
     "replicas",
     "routers",
     "scheduler_cpu",
+    "scheduler_sees_output",
 )
 """Options only the simulator takes (for now)."""
 
@@ -174,6 +177,9 @@ def _vllm_spec(opts: dict[str, Any]) -> VllmBenchSpec:
 def _sim_spec(opts: dict[str, Any]) -> BenchSpec:
     """The simulator bench's spec (a ValueError names a bad value)."""
     max_num_seqs = opts["max_num_seqs"]
+    sees = _given(opts["scheduler_sees_output"], EngineConfig.scheduler_sees_output)
+    if sees not in SEES_OUTPUT:
+        raise ValueError(f"--scheduler-sees-output {sees!r}: valid: {', '.join(SEES_OUTPUT)}")
     return BenchSpec(
         workloads=opts["workload"] or list(BenchSpec.workloads),
         policies=opts["policies"] or list(DEFAULT_POLICIES),
@@ -184,6 +190,7 @@ def _sim_spec(opts: dict[str, Any]) -> BenchSpec:
             max_num_seqs=max_num_seqs or EngineConfig.max_num_seqs,
             max_num_batched_tokens=opts["max_batched_tokens"],
             num_kv_blocks=opts["num_kv_blocks"],
+            scheduler_sees_output=sees,
         ),
         engine_overrides=frozenset({"max_num_seqs"} if max_num_seqs else ()),
         feather_hardware=opts["feather_hardware"],

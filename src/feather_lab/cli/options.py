@@ -175,6 +175,15 @@ BenchRouters = Annotated[
         "prefix-affinity/feather and feather/fcfs.",
     ),
 ]
+SchedulerSeesOutput = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler-sees-output",
+        help="What the scheduler knows of each output: cap (default: the client's max_tokens, "
+        "the true length only under ignore_eos, as a real engine) or exact (every request's "
+        "true length).",
+    ),
+]
 SchedulerCpu = Annotated[
     str | None,
     typer.Option(

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from feather_lab.sim.scheduler_cpu import check_mode
 from feather_sched.cost.profiles import HardwareProfile, ModelProfile
 
+SEES_OUTPUT = ("cap", "exact")
+"""What the scheduler may know of an output (`EngineConfig.scheduler_sees_output`)."""
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -41,6 +44,11 @@ class EngineConfig:
     scheduling and SGLang's overlap loop, both on by default on a GPU); False, their sum
     (a synchronous loop)."""
 
+    scheduler_sees_output: str = "cap"
+    """What the scheduler knows of each request's output: `cap`, the client's `max_tokens`
+    (the true length only under `ignore_eos`), as a real engine; `exact`, the true length of
+    every request (an oracle's knowledge)."""
+
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "index_chunk_size"):
             if getattr(self, name) < 1:
@@ -50,6 +58,11 @@ class EngineConfig:
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError("EngineConfig.gpu_memory_utilization must be in (0, 1]")
         check_mode(self.scheduler_cpu)
+        if self.scheduler_sees_output not in SEES_OUTPUT:
+            raise ValueError(
+                f"EngineConfig.scheduler_sees_output {self.scheduler_sees_output!r}: valid: "
+                f"{', '.join(SEES_OUTPUT)}"
+            )
         if self.check_invariants_every < 0:
             raise ValueError("EngineConfig.check_invariants_every must be >= 0")
 

@@ -17,7 +17,7 @@ from feather_lab.sim.errors import SimulationError
 from feather_lab.sim.kv_cache import block_hashes
 from feather_lab.sim.result import RequestRecord, SimResult
 from feather_lab.sim.sched_cpu import SchedCpuClock
-from feather_lab.sim.state import RunState, Scheduled, SimSeq
+from feather_lab.sim.state import RunState, Scheduled, SimSeq, scheduler_request
 from feather_lab.sim.step_timer import StepTimer
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.host.admission import HostStats
@@ -109,7 +109,8 @@ class Simulator(SimAdmission, SimBooks):
     def _release(self, req: Request, at: float) -> None:
         """A request enters the waiting queue (and the CHT) at time `at`."""
         bs = self.config.block_size
-        seq = SimSeq(req, block_hashes(req.prompt, bs), released_at=at)
+        seen = scheduler_request(req, self.config.scheduler_sees_output)
+        seq = SimSeq(req, block_hashes(req.prompt, bs), seen, released_at=at)
         seq.prefill_target = req.prompt_len
         self._seqs[req.request_id] = seq
         self._waiting[req.request_id] = seq
@@ -168,6 +169,8 @@ class Simulator(SimAdmission, SimBooks):
         if seq.finished_at is not None:
             raise SimulationError(f"request {rid!r} finished twice")
         seq.finished_at = self._now
+        if not seq.seen.meta.get("firm_output", True):
+            self._finished_outputs.append((seq.generated, seq.seen.output_len))
         del self._running[rid]
         self.kv.free(rid)
         self.tracker.forget(rid)

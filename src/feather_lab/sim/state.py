@@ -13,10 +13,13 @@ from feather_sched.request import Request
 
 @dataclass(eq=False, slots=True)
 class SimSeq:
-    """One simulated request in the engine: its KV progress and its timestamps."""
+    """One simulated request in the engine: its KV progress and its timestamps. `req` is the
+    workload's request (its true output decoded); `seen`, the request as the scheduler sees
+    it (`scheduler_request`)."""
 
     req: Request
     hashes: list[int]
+    seen: Request
     released_at: float = 0.0
     num_computed: int = 0
     generated: int = 0
@@ -38,10 +41,29 @@ def request_fields(prefix_caching: bool) -> RequestFields:
     return RequestFields(
         request_id=lambda s: s.req.request_id,
         prompt=lambda s: s.req.prompt,
-        max_tokens=lambda s: s.req.output_len,
+        max_tokens=lambda s: s.seen.output_len,
         block_hashes=(lambda s: s.hashes) if prefix_caching else (lambda s: None),
-        firm_output=lambda s: True,
-        request=lambda s: s.req,
+        firm_output=lambda s: s.seen.meta.get("firm_output", True),
+        request=lambda s: s.seen,
+    )
+
+
+def scheduler_request(req: Request, sees_output: str) -> Request:
+    """The request as the scheduler sees it. `exact`: the request itself (its true output,
+    firm). `cap`: its `output_len` is the client's cap, firm only under `ignore_eos`, as a
+    real engine's request (`host.tracker.RequestView`: `max_tokens`, and `firm_output` from
+    `ignore_eos`); the request itself where the cap is firm and equal."""
+    if sees_output == "exact" or req.ignore_eos:
+        return req
+    cap = req.max_tokens or req.output_len
+    return Request(
+        req.request_id,
+        req.prompt,
+        cap,
+        req.arrival_time,
+        req.group,
+        {**req.meta, "firm_output": False},
+        max_tokens=cap,
     )
 
 

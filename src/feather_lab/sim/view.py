@@ -44,6 +44,7 @@ class SimView(Hosted):
         self._seqs: dict[str, SimSeq] = {}
         self._admission_hits: dict[str, int] = {}  # this step's admissions: hit tokens
         self._num_preemptions = 0
+        self._finished_outputs: list[tuple[int, int]] = []
         self.block_size = c.block_size  # SchedulerView: the prefix cache's block, in tokens
         self.max_num_seqs = c.max_num_seqs
         # The step's token budget (`order.GroupingJudge` prices prefill in steps of it), and
@@ -68,7 +69,8 @@ class SimView(Hosted):
         return iter(self._waiting)
 
     def request(self, request_id: str) -> Request:
-        return self._seqs[request_id].req
+        """The request as the scheduler sees it (`state.scheduler_request`)."""
+        return self._seqs[request_id].seen
 
     def arrival_time(self, request_id: str) -> float:
         return self._seqs[request_id].released_at
@@ -106,7 +108,14 @@ class SimView(Hosted):
     def num_preemptions(self) -> int:
         return self._num_preemptions
 
-    def running_kv(self) -> Iterator[tuple[int, int, int, bool]]:
+    def running_kv(self) -> Iterator[tuple[int, int, int, bool, int]]:
         for s in self._running.values():
             prefill = s.prefill_target - s.num_computed if s.prefilling else 0
-            yield s.num_computed, prefill, s.req.output_len - s.generated, True
+            seen, done = s.seen, s.generated
+            yield s.num_computed, prefill, seen.output_len - done, seen is s.req, done
+
+    @property
+    def finished_outputs(self) -> Sequence[tuple[int, int]]:
+        """(output tokens, cap) of each finished request whose output the scheduler knew only
+        as a cap, in finishing order (`policies.output_estimate`)."""
+        return self._finished_outputs

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 
 from feather_lab.workloads.arrivals import AllAtOnce, ArrivalProcess, parse_arrival
+from feather_lab.workloads.caps import client_cap
 from feather_sched.request import Request
 
 __all__ = [
@@ -126,6 +127,9 @@ class GeneratorConfig:
     """Token ids are drawn from [0, vocab_size)."""
     arrival: ArrivalProcess = field(default_factory=AllAtOnce)
     """When requests arrive (a spec string such as "poisson:4" is parsed on construction)."""
+    ignore_eos: bool = False
+    """The client sets `ignore_eos`: each request's cap is its output, known to the engine.
+    Else the cap is a client's default above it (`caps.client_cap`)."""
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -139,6 +143,8 @@ class GeneratorConfig:
             bound = getattr(self, minimum) if isinstance(minimum, str) else minimum
             require_int(owner, f.name, value, bound)
         require_vocab(owner, self.vocab_size)
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"{owner}.ignore_eos must be true or false, got {self.ignore_eos!r}")
         self.check_shape(owner)
         coerce_arrival(self, self.arrival)
 
@@ -156,8 +162,11 @@ class Draft:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def assemble(id_prefix: str, drafts: Sequence[Draft], arrivals: np.ndarray) -> list[Request]:
-    """Pair drafts with arrival times, sort stably by time and number them in that order."""
+def assemble(
+    id_prefix: str, drafts: Sequence[Draft], arrivals: np.ndarray, ignore_eos: bool = False
+) -> list[Request]:
+    """Pair drafts with arrival times, sort stably by time and number them in that order;
+    each gets its client's cap (`caps.client_cap`), or its own output under `ignore_eos`."""
     arrivals = np.asarray(arrivals, dtype=np.float64)
     if arrivals.shape != (len(drafts),):
         raise ValueError(f"expected {len(drafts)} arrival times, got shape {arrivals.shape}")
@@ -170,6 +179,8 @@ def assemble(id_prefix: str, drafts: Sequence[Draft], arrivals: np.ndarray) -> l
             arrival_time=float(arrivals[j]),
             group=drafts[j].group,
             meta=dict(drafts[j].meta),
+            max_tokens=None if ignore_eos else client_cap(drafts[j].output_len),
+            ignore_eos=ignore_eos,
         )
         for i, j in enumerate(order)
     ]
@@ -182,8 +193,10 @@ def finish(
     streams: Streams,
     *,
     shuffle: bool,
+    ignore_eos: bool = False,
 ) -> list[Request]:
     """Shuffle drafts (if asked), draw one arrival time each, and assemble."""
     if shuffle:
         drafts = [drafts[i] for i in streams.order.permutation(len(drafts))]
-    return assemble(id_prefix, drafts, arrival.times(len(drafts), streams.arrival))
+    times = arrival.times(len(drafts), streams.arrival)
+    return assemble(id_prefix, drafts, times, ignore_eos)

@@ -82,7 +82,8 @@ class MultiTurnWorkload(GeneratorConfig):
                     )
                 )
                 times.append(float(starts[c]) + k * float(self.think_time_s))
-        requests = assemble("mt", drafts, np.asarray(times, dtype=np.float64))
+        times_arr = np.asarray(times, dtype=np.float64)
+        requests = assemble("mt", drafts, times_arr, self.ignore_eos)
         ids = {(r.meta["conversation"], r.meta["turn"]): r.request_id for r in requests}
         for r in requests:
             c, k = r.meta["conversation"], r.meta["turn"]

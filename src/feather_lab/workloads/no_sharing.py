@@ -34,4 +34,5 @@ class NoSharingWorkload(GeneratorConfig):
             streams.content, (self.num_requests, self.prompt_len), self.vocab_size
         )
         drafts = [Draft(prompt=p.copy(), output_len=self.output_len) for p in prompts]
-        return finish("ns", drafts, self.arrival, streams, shuffle=False)
+        eos = self.ignore_eos
+        return finish("ns", drafts, self.arrival, streams, shuffle=False, ignore_eos=eos)

@@ -72,11 +72,15 @@ class PrefixGroups:
         """The shortest prompt this shape can produce."""
         return self.prefix_len + sum(length for _, length in self.levels)
 
-    def generate(self, arrival: ArrivalProcess, shuffle: bool, seed: int) -> list[Request]:
+    def generate(
+        self, arrival: ArrivalProcess, shuffle: bool, seed: int, ignore_eos: bool = False
+    ) -> list[Request]:
         """All groups' drafts in group order, shuffled if asked, timed and numbered."""
         streams = seed_streams(seed)
         drafts = [d for g in range(self.num_groups) for d in self._group(g, streams.content)]
-        return finish(self.id_prefix, drafts, arrival, streams, shuffle=shuffle)
+        return finish(
+            self.id_prefix, drafts, arrival, streams, shuffle=shuffle, ignore_eos=ignore_eos
+        )
 
     def _group(self, g: int, rng: np.random.Generator) -> list[Draft]:
         length = self.prefix_len
@@ -171,7 +175,7 @@ class PrefixGroupWorkload(GeneratorConfig):
             raise ValueError(f"{owner}: {self.PROMPT_LEN} must be >= 1")
 
     def generate(self, seed: int) -> list[Request]:
-        return self.shape().generate(self.arrival, self.shuffle, seed)
+        return self.shape().generate(self.arrival, self.shuffle, seed, self.ignore_eos)
 
 
 @dataclass(frozen=True)

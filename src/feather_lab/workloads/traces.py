@@ -1,10 +1,12 @@
 """Trace files: the public Mooncake format (read) and Feather's JSONL (read and write).
 
-Mooncake traces carry `hash_ids` (one per block of equal content), not tokens: each id becomes
-a fixed pseudo-random block, so the trace's sharing survives exactly. Feather's JSONL holds
-the tokens, one request a line (`id`, `arrival`, `output_len`, `prompt`, optional `group` and
-`meta`), and round-trips. Readers keep file order and raise `TraceFormatError` naming the file,
-line and field, and refuse values no real trace holds (a unit error, a prompt beyond any model)."""
+Mooncake traces carry `hash_ids` (one per block of equal content), not tokens: each id becomes a
+fixed pseudo-random block, so the trace's sharing survives exactly. Feather's JSONL holds the
+tokens, one request a line (`id`, `arrival`, `output_len`, `prompt`, optional `group`, `meta`,
+`max_tokens` and `ignore_eos`), and round-trips. A request without `max_tokens` (every Mooncake
+line) gets a client's default cap above its output (`caps.client_cap`); with `ignore_eos` its
+cap is its output. Readers keep file order and raise `TraceFormatError` naming the file, line
+and field, and refuse values no real trace holds (a unit error, a prompt beyond any model)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from feather_lab.workloads.base import require_int, require_vocab
+from feather_lab.workloads.caps import client_cap
 from feather_sched.request import Request
 
 __all__ = [
@@ -33,7 +36,9 @@ __all__ = [
 
 INT32_MAX = int(np.iinfo(np.int32).max)
 MOONCAKE_BLOCK_SIZE = 512
-JSONL_FIELDS = frozenset({"id", "arrival", "output_len", "prompt", "group", "meta"})
+JSONL_FIELDS = frozenset(
+    {"id", "arrival", "output_len", "prompt", "group", "meta", "max_tokens", "ignore_eos"}
+)
 MOONCAKE_FIELDS = frozenset({"timestamp", "input_length", "output_length", "hash_ids"})
 MAX_TRACE_TOKENS = 10_000_000
 """Most tokens a trace's prompt or output may hold: 10M, the longest context any model
@@ -203,6 +208,7 @@ def read_mooncake(
                 output_len=output_length,
                 arrival_time=timestamp / 1000.0,
                 meta={"line": lineno, "hash_ids": ids},
+                max_tokens=client_cap(output_length),
             )
         )
     return requests
@@ -237,7 +243,10 @@ def _to_record(request: Request) -> dict[str, Any]:
         "arrival": float(request.arrival_time),
         "output_len": int(request.output_len),
         "prompt": request.prompt.tolist(),
+        "max_tokens": int(request.max_tokens or request.output_len),
     }
+    if request.ignore_eos:
+        record["ignore_eos"] = True
     if request.group is not None:
         record["group"] = request.group
     if request.meta:
@@ -306,6 +315,7 @@ def read_jsonl(path: str | os.PathLike, *, limit: int | None = None) -> list[Req
         meta = obj.get("meta", {})
         if not isinstance(meta, dict):
             raise line.error("meta", f"expected an object, got {_type_name(meta)}")
+        ignore_eos, max_tokens = _cap(line, output_len)
         requests.append(
             Request(
                 request_id=request_id,
@@ -314,9 +324,27 @@ def read_jsonl(path: str | os.PathLike, *, limit: int | None = None) -> list[Req
                 arrival_time=arrival,
                 group=group,
                 meta=meta,
+                max_tokens=max_tokens,
+                ignore_eos=ignore_eos,
             )
         )
     return requests
+
+
+def _cap(line: _Line, output_len: int) -> tuple[bool, int]:
+    """A JSONL line's (`ignore_eos`, `max_tokens`): its own, else a client's default cap (its
+    output under `ignore_eos`)."""
+    ignore_eos = line.obj.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise line.error("ignore_eos", f"expected true or false, got {ignore_eos!r}")
+    if "max_tokens" not in line.obj:
+        return ignore_eos, output_len if ignore_eos else client_cap(output_len)
+    cap = line.integer("max_tokens", output_len)
+    if ignore_eos and cap != output_len:
+        raise line.error(
+            "max_tokens", f"must equal output_len ({output_len}) under ignore_eos, got {cap}"
+        )
+    return ignore_eos, cap
 
 
 # ----------------------------------------------------------------------------- detection

@@ -125,7 +125,9 @@ class RequestView(Request):
         self.output_len = max(1, int(fields.max_tokens(engine_request) or 1))
         self.arrival_time = max(0.0, float(arrived))
         self.group = None
-        self.meta = {"firm_output": fields.firm_output(engine_request)}
+        firm = fields.firm_output(engine_request)
+        self.meta = {"firm_output": firm}
+        self.max_tokens, self.ignore_eos = self.output_len, firm
         self._engine_request = engine_request
         self._fields = fields
         self._prompt: np.ndarray | None = None

@@ -26,6 +26,7 @@ from feather_sched.policies.hold import MAX_HOLD_STEPS, STOP_DELAY_SHARE, HoldBo
 from feather_sched.policies.kv_gate import KvGate
 from feather_sched.policies.learner import BanditLearner
 from feather_sched.policies.order import GroupingJudge
+from feather_sched.policies.output_estimate import OutputEstimate
 from feather_sched.policies.starvation import (
     MAX_WAIT_S,
     STARVATION_SHARE,
@@ -90,10 +91,11 @@ class FeatherPolicy(Policy):
             raise ValueError(f"prior_error must be > 0, got {prior_error}")
         self.cost = cost
         self.prior_error = prior_error
-        self.stop_prior = None if cost is None else StopPrior(cost, prior_error)
+        self.outputs = OutputEstimate()
+        self.stop_prior = None if cost is None else StopPrior(cost, prior_error, self.outputs)
         self.guard = StarvationGuard(max_wait_s, starvation_share, wait_factor)
-        self.judge = GroupingJudge(self.cost)
-        self.gate = KvGate() if kv_gate else None
+        self.judge = GroupingJudge(self.cost, self.outputs)
+        self.gate = KvGate(self.outputs) if kv_gate else None
         self.hold = HoldBound(max_hold_steps)
         self.delay = StopDelay(stop_delay_share)
         if policy_state is not None:
@@ -111,6 +113,7 @@ class FeatherPolicy(Policy):
         self._forced: str | None = None
         self.guard.reset()
         self.judge.reset()
+        self.outputs.reset()
         self._engine_order = False
         if self.gate is not None:
             self.gate.reset()
@@ -144,6 +147,7 @@ class FeatherPolicy(Policy):
         # the engine's own (the vLLM adapter does not even ask), and so the same here.
         # Where grouping cannot pay (`order.GroupingJudge`) the candidates come in the
         # engine's order; a new group's candidate is still asked ADD or STOP.
+        self.outputs.update(view)
         self._engine_order = not self.judge.grouping_pays(view)
         self._step_now = view.now  # the admissions' time: one clock read a step, not each
         released = self.hold.begin_step()  # the gate stands aside this step

@@ -2,13 +2,14 @@
 
 vLLM admits a request when its prompt's blocks fit now and preempts the most recently admitted
 one when decodes later run out of blocks; under a prefix order the victim shares the batch's
-prefix, so it is re-admitted first and preempted again. The gate admits a candidate only if
-its uncached prompt and its growth fit beside what the running requests will still add at the
-worst future step (SGLang's `PrefillAdder` rule, made less conservative: a request's growth is
-held only until it finishes). Bounded outputs are reserved at SGLang's `new_token_ratio`
-(0.7, decaying over 600 steps to 0.14 of that, 1.0 after a preemption), clipped at 4,096
-tokens. The prefix-cache probe is put off while the answer cannot change. A host without
-`free_kv_blocks`/`running_kv` (SGLang, whose adder reserves this way) gets no gate.
+prefix, so it is re-admitted first and preempted again. The gate admits a candidate only if its
+uncached prompt and its growth fit beside what the running requests will still add at the worst
+future step (SGLang's `PrefillAdder` rule, made less conservative: a request's growth is held
+only until it finishes). An output known only by its cap is priced from the run's finished
+outputs (`output_estimate`); until enough have finished, at SGLang's `new_token_ratio` of the
+cap (0.7, decaying over 600 steps to 0.14 of that, 1.0 after a preemption). Reserves are clipped
+at 4,096 tokens. The prefix-cache probe is put off while the answer cannot change. A host
+without `free_kv_blocks`/`running_kv` (SGLang, whose adder reserves this way) gets no gate.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from feather_sched.policies.base import SchedulerView
+from feather_sched.policies.output_estimate import OutputEstimate
 
 CLIP_TOKENS = 4096
 INIT_RATIO = 0.7
@@ -42,9 +44,10 @@ class KvView(Protocol):
         """Preemptions so far (a running count; the gate reads its increase)."""
         ...
 
-    def running_kv(self) -> Iterator[tuple[int, int, int, bool]]:
+    def running_kv(self) -> Iterator[tuple[int, int, int, bool, int]]:
         """Per running request: KV tokens held, prompt tokens still to prefill, output tokens
-        still to generate, and whether that output length is firm (else a bound)."""
+        still to generate, whether that output length is firm (else up to its cap), and
+        output tokens generated so far."""
         ...
 
 
@@ -55,7 +58,9 @@ def _blocks(tokens: float, block_size: int) -> int:
 class KvGate:
     """Per-step KV headroom check (see the module doc)."""
 
-    def __init__(self) -> None:
+    def __init__(self, outputs: OutputEstimate | None = None) -> None:
+        self.outputs = outputs
+        """The run's finished outputs (kept by the caller), pricing outputs known by a cap."""
         self.reset()
 
     def reset(self) -> None:
@@ -110,8 +115,10 @@ class KvGate:
         bs = self._bs
         req = view.request(request_id)
         whole = -(-req.prompt_len // bs)  # `_blocks` and `_reserve`, inline (per candidate)
-        tokens = min(req.output_len, CLIP_TOKENS)
-        remaining = tokens if req.meta.get("firm_output", True) else int(tokens * self.ratio)
+        if req.meta.get("firm_output", True):
+            remaining = min(req.output_len, CLIP_TOKENS)
+        else:
+            remaining = self._reserve(req.output_len, False, 0)
         grow = -(-remaining // bs)
         if self._bound + whole + grow <= self._free:
             self._deferred.append((len(self._prefill), request_id, whole))
@@ -176,9 +183,15 @@ class KvGate:
             self._prefill[at] = prefill
         self._deferred.clear()
 
-    def _reserve(self, remaining: int, firm: bool) -> int:
-        tokens = min(remaining, CLIP_TOKENS)
-        return tokens if firm else int(tokens * self.ratio)
+    def _reserve(self, remaining: int, firm: bool, generated: int = 0) -> int:
+        """Output tokens to hold for a request with `remaining` to its cap (or its output, if
+        firm) after `generated`: firm, all; else the run's estimate, or the ratio before it."""
+        if firm:
+            return min(remaining, CLIP_TOKENS)
+        outputs = self.outputs
+        if outputs is not None and outputs.ready:
+            return min(outputs.remaining(generated, generated + remaining), CLIP_TOKENS)
+        return int(min(remaining, CLIP_TOKENS) * self.ratio)
 
     def _snapshot(self, view: SchedulerView) -> bool:
         """Read the free blocks and the running requests' outstanding needs (once a step:
@@ -188,14 +201,17 @@ class KvGate:
         free = getattr(view, "free_kv_blocks", None)
         if free is None:
             return False
-        bs, ratio = view.block_size, self.ratio
+        bs = view.block_size
         prefills: list[int] = []
         reserves: list[int] = []
         bound = 0
-        for held, prefill, remaining, firm in view.running_kv():
+        reserve_of = self._reserve
+        for held, prefill, remaining, firm, generated in view.running_kv():
             blocks = -(-(held + prefill) // bs) + (-held // bs)  # ceil(after) - ceil(held)
-            tokens = remaining if remaining < CLIP_TOKENS else CLIP_TOKENS
-            reserve = tokens if firm else int(tokens * ratio)
+            if firm:
+                reserve = remaining if remaining < CLIP_TOKENS else CLIP_TOKENS
+            else:
+                reserve = reserve_of(remaining, False, generated)
             prefills.append(blocks)
             reserves.append(reserve)
             bound += blocks - (-reserve // bs)

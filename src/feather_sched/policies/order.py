@@ -19,6 +19,7 @@ from itertools import islice
 from feather_sched.cost.step_model import BatchShape, StepCostModel
 from feather_sched.policies.base import SchedulerView
 from feather_sched.policies.features import shared_depth
+from feather_sched.policies.output_estimate import OutputEstimate, expected_output
 
 IDLE_SHARE = 0.01
 """Grouping can pay by filling the batch when the engine's order would leave at least this
@@ -36,8 +37,12 @@ CACHE_SIZE = 4096
 class GroupingJudge:
     """Per-step verdict: can grouped order beat the engine's order here?"""
 
-    def __init__(self, cost: StepCostModel | None = None) -> None:
+    def __init__(
+        self, cost: StepCostModel | None = None, outputs: OutputEstimate | None = None
+    ) -> None:
         self.cost = cost
+        self.outputs = outputs
+        """The run's finished outputs, pricing an output known only by its cap."""
         self._locality: dict[tuple[int, int, int, int], float] = {}
         self.reset()
 
@@ -86,7 +91,7 @@ class GroupingJudge:
         (`_Wave`): `free` slots wait half of `prefill / budget` steps each,
         out of `max_num_seqs` slots living `output` decode steps. A host that does not say its
         token budget (`max_num_batched_tokens`) gets 1.0: grouped order."""
-        wave = _Wave.ahead(view)
+        wave = _Wave.ahead(view, self.outputs)
         return wave if isinstance(wave, float) else wave.share(wave.prefill())
 
     def idle_share_reaches(self, view: SchedulerView, threshold: float) -> bool:
@@ -96,7 +101,7 @@ class GroupingJudge:
         find prefixes cached: the wave's prefill with none cached bounds it from above, the
         prefill of the prefixes probed so far from below, and once either bound settles the
         verdict the rest are not probed."""
-        wave = _Wave.ahead(view)
+        wave = _Wave.ahead(view, self.outputs)
         if isinstance(wave, float):
             return wave >= threshold
         for low, high in wave.bounds():
@@ -186,8 +191,10 @@ class _Wave:
     first `n` waiting, or None where it cannot say; the SGLang adapter sums figures kept per
     request at C speed); else they are read request by request."""
 
-    def __init__(self, view: SchedulerView, free: int, budget: int) -> None:
-        self.view, self.budget, self._free = view, budget, free
+    def __init__(
+        self, view: SchedulerView, free: int, budget: int, outputs: OutputEstimate | None = None
+    ) -> None:
+        self.view, self.budget, self._free, self._outputs = view, budget, free, outputs
         self._rids: list[str] | None = None
         self._open: list[tuple[str, int, int]] | None = None
         head_totals = getattr(view, "head_totals", None)
@@ -208,8 +215,9 @@ class _Wave:
         host's `head_totals` gives them at once, where it keeps them)."""
         request, chunks = self.view.request, self.view.index.total_chunks
         output = levels = 0
+        outputs = self._outputs
         for rid in self.rids:  # one loop: every call here runs once a request a pass
-            output += request(rid).output_len
+            output += expected_output(request(rid), outputs)
             levels += chunks(rid)
         return len(self.rids), output, levels
 
@@ -228,7 +236,7 @@ class _Wave:
         return found
 
     @classmethod
-    def ahead(cls, view: SchedulerView) -> _Wave | float:
+    def ahead(cls, view: SchedulerView, outputs: OutputEstimate | None = None) -> _Wave | float:
         """The wave, or the share itself where no wave is needed: 1.0 for a host that does
         not say its token budget, 0.0 with no free slot or nothing waiting."""
         budget = getattr(view, "max_num_batched_tokens", None)
@@ -237,7 +245,7 @@ class _Wave:
         free = view.max_num_seqs - view.num_running
         if free <= 0:
             return 0.0
-        wave = cls(view, free, budget)
+        wave = cls(view, free, budget, outputs)
         return wave if wave.taken else 0.0
 
     def share(self, prefill: int) -> float:

@@ -1,9 +1,10 @@
 """The step-cost model's prior on a Feather decision: what STOP gains over ADD.
 
 Two plans for the running batch and the candidate's whole waiting group, each decoding the
-candidate's output length: ADD decodes them together; STOP lets the batch decode alone, then
-the group alone. A marginal comparison (the batch with the group against without it) would
-miss that a STOP lets a mixed batch drain back to homogeneous ones.
+candidate's output (its length where firm, else the run's mean under its cap): ADD decodes them
+together; STOP lets the batch decode alone, then the group alone. A marginal comparison (the
+batch with the group against without it) would miss that a STOP lets a mixed batch drain back to
+homogeneous ones.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from feather_sched.cost.step_model import BatchShape, StepCostModel
 from feather_sched.policies.base import SchedulerView
 from feather_sched.policies.features import DecisionState
+from feather_sched.policies.output_estimate import OutputEstimate, expected_output
 
 PRIOR_CACHE_SIZE = 4096
 """Plan sizes whose prior gain is kept (cleared when full: a cache, never a table)."""
@@ -35,9 +37,13 @@ class StopPrior:
     """STOP's relative gain over ADD by the cost model, with standard error `error` (smaller
     than the model's step-time error, as both plans share its bias)."""
 
-    def __init__(self, cost: StepCostModel, error: float) -> None:
+    def __init__(
+        self, cost: StepCostModel, error: float, outputs: OutputEstimate | None = None
+    ) -> None:
         self.cost = cost
         self.error = error
+        self.outputs = outputs
+        """The run's finished outputs: a candidate known by its cap decodes their mean."""
         self.cache: dict[tuple[int, ...], float] = {}
 
     def estimate(
@@ -54,7 +60,8 @@ class StopPrior:
         running = index.running_shared_chunks() * index.chunk_size or prefix
         b, g = state.batch, max(1, min(state.batch, index.num_running_roots))
         n = max(1, min(state.group, view.max_num_seqs))  # once open, the group floods in
-        plans = (b, g, n, prefix, suffix, running, req.output_len)
+        steps = max(1, round(expected_output(req, self.outputs)))
+        plans = (b, g, n, prefix, suffix, running, steps)
         gain = self.cache.get(plans)
         if gain is None:
             if len(self.cache) >= PRIOR_CACHE_SIZE:

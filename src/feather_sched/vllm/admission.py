@@ -359,16 +359,17 @@ class VllmSchedulerView:
     def num_preemptions(self) -> int:
         return self._c.preemptions
 
-    def running_kv(self) -> Iterator[tuple[int, int, int, bool]]:
+    def running_kv(self) -> Iterator[tuple[int, int, int, bool, int]]:
         # A decoding request has computed all but its newest token; anything more behind
         # is prefill still to do (a prompt, or a preempted request's recompute).
         # Once a step per running request: builtins and attribute reads kept to the minimum.
         for r in self._c.scheduler.running:
             held = r.num_computed_tokens
             prefill = r.num_tokens - 1 - held
-            left = (r.max_tokens or 0) - r.num_output_tokens
+            done = r.num_output_tokens
+            left = (r.max_tokens or 0) - done
             firm = bool(getattr(r.sampling_params, "ignore_eos", False))
-            yield held, prefill if prefill > 0 else 0, left if left > 0 else 0, firm
+            yield held, prefill if prefill > 0 else 0, left if left > 0 else 0, firm, done
 
     def cached_blocks(self, request_id: str) -> int:
         """Blocks cached for the request now; for one vLLM looked up this step, what it found
