@@ -32,7 +32,7 @@ STEP_COST_PROFILES = {
     "tiny-llama": "cpu-vllm-fitted.json",
     "kv-bound": "cpu-kv-bound-fitted.json",
 }
-"""The calibrated CPU hardware profile (benchmarks/) each built-in model's stand-in forward
+"""The calibrated CPU hardware profile (benchmarks/vllm/) each built-in model's stand-in forward
 sleeps by, with the model profile of the same name (`feather calibrate --engine vllm`)."""
 BENCH_NOTE = (
     "SGLang's real Scheduler loop (batch building, radix cache, KV pool, chunked prefill, "
@@ -78,7 +78,8 @@ class SGLangBenchSpec(EngineBenchSpec):
         if self.step_cost is not None:
             return self.step_cost
         name = self.model or "tiny-llama"
-        path = Path(__file__).resolve().parents[3] / "benchmarks" / STEP_COST_PROFILES[name]
+        records = Path(__file__).resolve().parents[3] / "benchmarks" / "vllm"
+        path = records / STEP_COST_PROFILES[name]
         if not path.is_file():
             raise FileNotFoundError(f"calibrated CPU profile {path} not found (a repo checkout)")
         return str(path), name

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from feather_lab.harness.vllm_spec import BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
+from feather_sched.host.metrics import METRICS_DIR_ENV
 from feather_sched.vllm.local import CPU_THREAD_DEFAULTS
 
 FEATHER_SCHEDULER = "feather_sched.vllm.FeatherScheduler"
@@ -152,6 +153,9 @@ def served(
         for i, spec in enumerate(specs):
             port = free_port()
             env = {**os.environ, **spec.environment()}
+            # each server's engine writes Feather's series where its own API server reads them:
+            # a directory an in-process engine of this process named is not theirs to share
+            env.pop(METRICS_DIR_ENV, None)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
             log = log_dir / f"server-{i}.log"
             with log.open("w") as out:
