@@ -50,7 +50,7 @@ def test_vllm_cpu_quickstart_runs_as_written(tmp_path: Path) -> None:
     assert proc.returncode == 0, (
         f"exit {proc.returncode}\n{out[-2000:]}\n{err[-2000:]}\n{log[-3000:]}"
     )
-    completion = json.loads(out[out.index("{") : out.rindex("}") + 1])
+    completion, _ = json.JSONDecoder().raw_decode(out[out.index("{") :])  # the curl's answer
     assert completion["usage"]["completion_tokens"] == 8
     assert "feather scheduler: policy 'feather'" in out and "FeatherScheduler" in out
     assert 'feather_info{policy="feather"}' in out  # Feather's series on vLLM's /metrics
