@@ -192,7 +192,7 @@ def test_off_reproduces_the_recorded_behaviour_check() -> None:
     cost = StepCostModel("h100", "llama-3.1-8b")
     for workload, kv, policy in (("tree", 3000, "dfs-weight"), ("paper-5g", None, "feather")):
         options = {"hardware": "h100", "model": "llama-3.1-8b"} if policy == "feather" else {}
-        engine = EngineConfig(num_kv_blocks=kv, scheduler_cpu="off")
+        engine = EngineConfig(num_kv_blocks=kv, scheduler_cpu="off", scheduler_sees_output="exact")
         requests = build_workload(workload).generate(0)
         s = simulate(requests, make_policy(policy, **options), cost, engine).summary()
         keep = {k: v for k, v in s.items() if k not in TIMING_KEYS}
