@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
@@ -41,8 +41,10 @@ from feather_lab.cli.options import (
     VocabSize,
 )
 from feather_lab.cli.replay_options import (
+    AA,
     Burstiness,
     DatasetName,
+    MaxFailed,
     MetricPercentiles,
     NumPrefixes,
     NumPrompts,
@@ -53,7 +55,9 @@ from feather_lab.cli.replay_options import (
     RandomOutputLen,
     RandomPrefixLen,
     RandomRangeRatio,
+    ReplayRepeats,
     RequestRate,
+    ResetPrefixCache,
     SuffixLen,
     dataset_spec,
     workload_schedule,
@@ -77,31 +81,14 @@ def replay(
     slo_tpot: SloTpot = None,
     max_concurrency: MaxConcurrency = None,
     request_timeout: RequestTimeout = 300.0,
-    repeats: Annotated[int, typer.Option(min=1, help="Runs per (workload, server).")] = 1,
+    repeats: ReplayRepeats = 1,
     scenario: Scenario = None,
-    reset_prefix_cache: Annotated[
-        bool, typer.Option(help="Empty each server's prefix cache before each run, if it lets.")
-    ] = True,
+    reset_prefix_cache: ResetPrefixCache = True,
     json_out: JsonOut = Path("feather-replay.json"),
     stream_interval: StreamInterval = 1,
     api: ReplayApi = "completions",
-    max_failed: Annotated[
-        float,
-        typer.Option(
-            min=0.0,
-            max=1.0,
-            help="Share of a run's requests that may fail; above it the command exits 1 "
-            "(after writing the record) with the first errors.",
-        ),
-    ] = 0.01,
-    aa: Annotated[
-        bool,
-        typer.Option(
-            "--aa",
-            help="A/A: the one URL given is measured twice as two servers (A1, A2), "
-            "interleaved; their B/A is the noise floor of an A/B.",
-        ),
-    ] = False,
+    max_failed: MaxFailed = 0.01,
+    aa: AA = False,
     dataset_name: DatasetName = None,
     num_prompts: NumPrompts = None,
     request_rate: RequestRate = float("inf"),
@@ -120,20 +107,11 @@ def replay(
     """Send a workload to live servers (prompts as token ids, fixed output lengths,
     streamed, on the workload's arrival schedule); latency percentiles, throughput, goodput
     and the server's own metrics per server; with several URLs, B/A per metric."""
-    if importlib.util.find_spec("httpx") is None:
-        fail(RuntimeError("feather replay needs httpx: pip install 'feather-sched[replay]'"))
     opts = dict(locals())
-    from feather_lab.replay.client import APIS
-
-    if api not in APIS:
-        fail(ValueError(f"--api {api!r}: valid: {', '.join(APIS)}"))
+    _check_client(api)
     writable(json=json_out)
     if aa:
-        if len(urls) != 1:
-            fail(ValueError(f"--aa measures one server twice: give one URL, not {len(urls)}"))
-        urls = [urls[0], urls[0]]
-        label = label or "A1,A2"
-        opts["aa"] = True
+        urls, label = _aa(urls, label)
     labels = _labels(label, len(urls))
     from feather_lab.replay.preflight import check_model
 
@@ -145,6 +123,23 @@ def replay(
     workloads = _workloads(opts, endpoints)
     _probe(endpoints, workloads, api)
     _run(opts, labels, endpoints, workloads)
+
+
+def _check_client(api: str) -> None:
+    """The HTTP client installed and the API known, before anything is sent."""
+    if importlib.util.find_spec("httpx") is None:
+        fail(RuntimeError("feather replay needs httpx: pip install 'feather-sched[bench]'"))
+    from feather_lab.replay.client import APIS
+
+    if api not in APIS:
+        fail(ValueError(f"--api {api!r}: valid: {', '.join(APIS)}"))
+
+
+def _aa(urls: list[str], label: str | None) -> tuple[list[str], str]:
+    """`--aa`: the one server given, measured twice as A1 and A2."""
+    if len(urls) != 1:
+        fail(ValueError(f"--aa measures one server twice: give one URL, not {len(urls)}"))
+    return [urls[0], urls[0]], label or "A1,A2"
 
 
 def _labels(text: str | None, count: int) -> tuple[str, ...]:

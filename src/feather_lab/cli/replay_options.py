@@ -114,3 +114,26 @@ def workload_schedule(opts: dict[str, Any]) -> dict[str, Any]:
     if opts["burstiness"] != 1.0 and opts["dataset_name"] is None:
         raise ValueError("--burstiness applies to --dataset-name's arrivals (-w: --arrival)")
     return out
+
+
+ReplayRepeats = Annotated[int, typer.Option(min=1, help="Runs per (workload, server).")]
+ResetPrefixCache = Annotated[
+    bool, typer.Option(help="Empty each server's prefix cache before each run, if it lets.")
+]
+MaxFailed = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        max=1.0,
+        help="Share of a run's requests that may fail; above it the command exits 1 "
+        "(after writing the record) with the first errors.",
+    ),
+]
+AA = Annotated[
+    bool,
+    typer.Option(
+        "--aa",
+        help="A/A: the one URL given is measured twice as two servers (A1, A2), "
+        "interleaved; their B/A is the noise floor of an A/B.",
+    ),
+]
