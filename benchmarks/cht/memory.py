@@ -1,4 +1,4 @@
-"""CHT memory at long-context scale: 100,000 waiting requests of 32,000 tokens (issue 16).
+"""CHT memory at long-context scale: 100,000 waiting requests of 32,000 tokens.
 
 The index's memory depends only on the digest chains, so the chains are made directly
 (random uint64 digests; no 12.8 GB of token arrays, no hashing): `--groups` prefix groups

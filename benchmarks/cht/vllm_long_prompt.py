@@ -12,7 +12,7 @@ CHT chunk = one block, so a 16,000-token prompt is a chain of 500 keys. Prefix c
 
 Run with the vLLM venv, one engine run per scheduler, e.g.:
     PYTHONPATH=src .venv-vllm/bin/python benchmarks/cht/vllm_long_prompt.py OUT.json
-To time the adapter on another CHT (e.g. the one before issue 16), put that source tree first
+To time the adapter on another CHT (e.g. an earlier one), put that source tree first
 on PYTHONPATH: the engine imports FeatherScheduler from it.
 """
 

@@ -1,4 +1,4 @@
-"""The default suite's verdicts with the scheduler's CPU on the clock and off (issue 31).
+"""The default suite's verdicts with the scheduler's CPU on the clock and off.
 
 Reads two `feather bench` records of the same suite (`--scheduler-cpu model` and `off`) and
 prints, per workload, feather against fcfs and against the best row of the run (bound rows

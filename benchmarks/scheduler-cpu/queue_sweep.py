@@ -1,4 +1,4 @@
-"""The queue-length sweep in the simulator (issue 31): shared-prefix traffic at 128, 1,000
+"""The queue-length sweep in the simulator: shared-prefix traffic at 128, 1,000
 and 10,000 waiting, with the scheduler's CPU on the clock (`--scheduler-cpu model`) and off.
 
 Traffic: SGLang's generated-shared-prefix shape at the scale of `feather sglang-bench`'s

@@ -1,4 +1,4 @@
-"""The queue-length sweep in SGLang's real scheduler loop (issue 31, part 2): the very requests
+"""The queue-length sweep in SGLang's real scheduler loop: the very requests
 of `queue_sweep.py` (its `traffic(n)`, all waiting at t=0) served by SGLang 0.5.23's own
 `Scheduler` on CPU (`harness.sglang_engine`), its model forward a stand-in that sleeps the
 step time the measured H200 profile + Llama-3.1-8B gives each batch's real shape.

@@ -1,4 +1,4 @@
-"""Where feather's loss in the simulator's synchronous queue-length sweep comes from (issue 31).
+"""Where feather's loss in the simulator's synchronous queue-length sweep comes from.
 
 `queue_sweep.py --sync` put feather at 0.989x fcfs at 10,000 waiting. This splits it, on the
 same traffic and engine (measured H200 profile + Llama-3.1-8B, vLLM V1 defaults, the

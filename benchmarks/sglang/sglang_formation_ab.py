@@ -1,4 +1,4 @@
-"""Feather's part of SGLang's batch formation, A/B arms in one process (issue 31's SGLang bar).
+"""Feather's part of SGLang's batch formation, A/B arms in one process (the SGLang CPU bar).
 
 `feather sglang-bench` compares Feather's formation with lpm's across processes and spreads
 ~+-0.1 ms run to run, too much to see a change of that size. This runs, in one process and

@@ -1,4 +1,4 @@
-"""Feather's part of an SGLang batch formation, without SGLang (issue 31's SGLang bar).
+"""Feather's part of an SGLang batch formation, without SGLang (the SGLang CPU bar).
 
 `feather sglang-bench` measures Feather's added CPU inside SGLang's own classes, but its
 figure is the difference of two ~4.5 ms formations and spreads ~+-0.1 ms run to run on the

@@ -2,22 +2,12 @@
 
 7 workloads x 2 KV sizes (the H100's, and 3,000 blocks: preemptions) x 6 policies (fcfs,
 grouped, feather with its prior, feather-paper, feather-upstream, dfs-weight) on H100 (the
-profile derived from the measured H200) + Llama-3.1-8B. Run it on the code before and after
-a change and compare the two files: identical means the change kept the simulator's
-behaviour (benchmarks/host/README.md). benchmarks/sim/check.json is the baseline at the hold bound
-(policies/hold.py, 2026-12-05), re-based for issue 29 (feather-paper rebuilt from the
-authors' code, feather-upstream added; the other 56 runs identical to the previous baseline),
-and again when the STOP delay bound became the default (2026-12-06: three feather runs moved,
-long-prefix at both KV sizes and paper-5g, by under 0.5% in tok/s; the other 81 identical
-but for the new `stop_vetoes` counter; benchmarks/sim/README.md, "The STOP delay bound by default"),
-and once the grouping judge's idle share counted only the prefixes grouped order saves
-(2026-12-06, policies/order.py: six feather runs moved, document-qa at 3,000 blocks 1.94x
--> 2.88x FCFS, the other five by under 0.5%; benchmarks/scheduler-cpu/README.md).
-The scheduler's CPU stays off the clock (`EngineConfig(scheduler_cpu="off")`, issue 31): the
-check compares what the policies decide and the engine does, not a CPU cost model's figures
-(the `model` mode's own tests are in tests/test_scheduler_cpu.py).
-Usage: python benchmarks/sim/sim_check.py OUT.json [--against BEFORE.json]
-"""
+profile derived from the measured H200) + Llama-3.1-8B, the scheduler seeing exact outputs and
+its CPU off the clock (what the policies decide, not a CPU model's figures). Run it on the code
+before and after a change and compare: identical means the change kept the simulator's
+behaviour. benchmarks/sim/check.json is the baseline; a change that moves a policy's decisions
+on purpose re-bases it, and its commit says which runs moved.
+Usage: python benchmarks/sim/sim_check.py OUT.json [--against BEFORE.json]"""
 
 from __future__ import annotations
 
