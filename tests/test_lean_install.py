@@ -70,19 +70,26 @@ def _beside_engine(engine: str, feather: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.vllm
-def test_vllm_scheduler_class_imports_no_lab() -> None:
-    pytest.importorskip("vllm", reason="needs the real vLLM engine: the 'vllm' extra")
-    proc = _beside_engine(
-        "vllm.v1.core.sched.async_scheduler", "from feather_sched.vllm import FeatherScheduler"
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-
-@pytest.mark.ray
-def test_ray_router_imports_no_lab() -> None:
-    pytest.importorskip("ray", reason="needs Ray Serve: the 'ray' extra")
-    proc = _beside_engine(
-        "ray.serve.request_router", "from feather_sched.ray import FeatherRequestRouter"
-    )
+@pytest.mark.parametrize(
+    ("engine", "module", "feather"),
+    [
+        pytest.param(
+            "vllm",
+            "vllm.v1.core.sched.async_scheduler",
+            "from feather_sched.vllm import FeatherScheduler",
+            marks=pytest.mark.vllm,
+            id="vllm",
+        ),
+        pytest.param(
+            "ray",
+            "ray.serve.request_router",
+            "from feather_sched.ray import FeatherRequestRouter",
+            marks=pytest.mark.ray,
+            id="ray",
+        ),
+    ],
+)
+def test_engine_class_imports_no_lab(engine: str, module: str, feather: str) -> None:
+    pytest.importorskip(engine, reason=f"needs {engine}: the '{engine}' extra")
+    proc = _beside_engine(module, feather)
     assert proc.returncode == 0, proc.stderr[-3000:]
