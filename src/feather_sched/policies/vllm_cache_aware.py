@@ -1,32 +1,7 @@
 """vLLM's cache-aware admission (`--cache-aware-admission-window`, vLLM 0.34), as a policy.
 
-vLLM 0.34.0 `Scheduler._reorder_waiting_by_cached_prefix` (vllm/v1/core/sched/scheduler.py),
-point by point; it runs once a step, after the running requests are served and before the
-waiting loop, unless the step preempted a request (`if not preempted_reqs`):
-
-1. fewer than 2 waiting: nothing;
-2. KV usage (`BlockPool.get_usage`: 1 - free / total blocks, cached blocks no request holds
-   count as free) below `threshold` (`--cache-aware-admission-threshold`, default 0.5): nothing;
-3. the window is the first `window` requests of the waiting queue; only its "plain" ones move
-   (status WAITING and no computed tokens: not preempted, not blocked); every other request
-   keeps its exact position, and the queue beyond the window is untouched;
-4. a plain request's key is its cached tokens (`KVCacheManager.get_num_cached_tokens`: a
-   read-only prefix-cache probe over all but its last token, in whole blocks);
-5. the plain slots are refilled in order of most cached tokens first, ties by position.
-
-The reorder rewrites vLLM's queue, so it persists: ties break by the queue's current order
-(arrival order until a reorder moved them), and an order made while the cache was full stays
-when usage falls. This policy keeps that queue itself (the host's queue stays in arrival
-order): preempted requests enter it at the front and arrivals at the back, as in vLLM. The
-waiting loop then admits from its head, as FCFS does, and stops at the first request that does
-not fit (always ADD). vLLM turns the window off without prefix caching (every key is then 0:
-no request moves here either). Steps where the host has no room to admit still reorder
-(`idle_pass`), as vLLM's call precedes its loop.
-
-Window: vLLM's default is 0 (off), and its help names no number ("prefer the smallest window
-that spans the usual queue depth"); `DEFAULT_WINDOW` is this repository's choice, from a sweep
-of the default bench suite (docs/policies.md).
-"""
+Faithful to vLLM 0.34.0's source point by point (which requests move, when, in what order):
+docs/policies.md, "`vllm-cache-aware`, point by point"."""
 
 from __future__ import annotations
 
