@@ -16,10 +16,16 @@ FEATHER_REQUIRE_TRITON, FEATHER_REQUIRE_RL) to 1, and then:
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
 from requires import ENGINE_MODULES, REQUIRE_VARS, required
+
+# Tests write records into scratch folders from whatever tree they run in: a developer's
+# uncommitted changes must not fail them (bench.record refuses a dirty tree otherwise;
+# tests/test_record.py checks that refusal with this unset).
+os.environ.setdefault("FEATHER_ALLOW_DIRTY", "1")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_sched.index.cht import ChunkedHashTree
 
 
@@ -94,4 +94,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

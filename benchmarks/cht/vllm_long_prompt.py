@@ -150,10 +150,13 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         rows.append(row)
         del llm
-    from feather_lab.bench.machine import write_record
+    from feather_lab.bench.record import write_record
 
     write_record(args.out, rows=rows, workload=vars(args))
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

@@ -31,7 +31,7 @@ from feather_lab.bench.cluster import (
     add_router_relative,
     run_cluster_bench,
 )
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.bench.suite import DEFAULT_HARDWARE, DEFAULT_WORKLOADS, BenchSpec
 
 WORKLOADS = tuple(DEFAULT_WORKLOADS)
@@ -196,4 +196,7 @@ def _table(rows: list[dict]) -> str:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

@@ -26,7 +26,7 @@ import ray
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.bench.suite import BenchSpec
 from feather_lab.harness.ray_emulated import EmulatedEngine
 from feather_lab.sim.cluster import simulate_cluster
@@ -159,4 +159,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

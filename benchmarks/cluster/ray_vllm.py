@@ -30,7 +30,7 @@ import ray
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.harness.tiny_llama import KV_BOUND, build_tiny_llama
 from feather_sched.ray.router import CompletionRequest, FeatherRequestRouter
 from feather_sched.ray.vllm import VllmReplica, replica_env
@@ -201,4 +201,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

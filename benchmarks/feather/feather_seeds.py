@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from feather_lab.bench.machine import write_record
 from feather_lab.bench.oracle import oracle_sweep
+from feather_lab.bench.record import write_record
 from feather_lab.bench.suite import BenchSpec, build_workload
 from feather_lab.sim.engine import simulate
 from feather_sched.cost import StepCostModel
@@ -67,4 +67,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

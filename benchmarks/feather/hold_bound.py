@@ -17,7 +17,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.harness.vllm_spec import engine_scale, engine_workload
 from feather_lab.sim.config import EngineConfig
 from feather_lab.sim.engine import simulate
@@ -105,4 +105,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from hold_bound import Run, sweep
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_sched.cost import StepCostModel
 from feather_sched.policies.base import SchedulerView
 from feather_sched.policies.feather import FeatherPolicy
@@ -107,4 +107,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.bench.suite import BenchSpec, run_bench
 
 HERE = Path(__file__).resolve().parent
@@ -125,4 +125,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     raise SystemExit(main())

@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(HERE))
     from core_state import STATE_ENV
 
-    from feather_lab.bench.machine import config_provenance, write_record
+    from feather_lab.bench.machine import config_provenance
+    from feather_lab.bench.record import write_record
     from feather_lab.harness.vllm_engine import engine_env_defaults, model_dir
     from feather_lab.harness.vllm_run import run_once
     from feather_lab.harness.vllm_spec import VllmBenchSpec, engine_workload
@@ -175,4 +176,7 @@ def _line(run: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     raise SystemExit(main())

@@ -132,7 +132,7 @@ def _line(row: dict[str, Any], snap: dict[str, Any]) -> str:
 
 
 def _write(args: argparse.Namespace, record: dict[str, Any]) -> None:
-    from feather_lab.bench.machine import write_record
+    from feather_lab.bench.record import write_record
 
     write_record(args.json, config=record["config"], runs=record["runs"],
                  starts=record["starts"], summary=summary(record["runs"], args.phases))  # fmt: skip
@@ -303,4 +303,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     raise SystemExit(main())

@@ -40,7 +40,8 @@ from typing import Any
 
 from replay_ab import MODEL_IN_CORE_HELP, PRIOR, SCENARIOS, server_specs
 
-from feather_lab.bench.machine import config_provenance, write_record
+from feather_lab.bench.machine import config_provenance
+from feather_lab.bench.record import write_record
 from feather_lab.bench.suite import BenchSpec
 from feather_lab.harness.vllm_server import Served, machine_busy_s, process_cpu_s, served
 from feather_lab.replay.client import ClientOptions, preflight
@@ -337,4 +338,7 @@ def _line(row: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     raise SystemExit(main())

@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         for run in runs:
             print(json.dumps(run))
         if args.record is not None:
-            from feather_lab.bench.machine import write_record
+            from feather_lab.bench.record import write_record
 
             write_record(args.record, runs=runs)
         return 0
@@ -271,9 +271,14 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({**row, "run": tag, "started": t0, "ended": time.time()})
             rows[-1].update(server_cpu_s=cpu, machine_busy_s=busy)
             print(tag, row["output_tok_s"], "tok/s", cpu, "machine busy", busy, flush=True)
-    (args.out / "server-runs.json").write_text(json.dumps(rows, indent=1) + "\n")
+    from feather_lab.bench.record import write_record
+
+    write_record(args.out / "server-runs.json", rows=rows)
     return 0
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     raise SystemExit(main())

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.harness.tiny_llama import build_tiny_llama
 from feather_lab.harness.vllm_server import ServerSpec, served
 
@@ -123,4 +123,7 @@ def report(runs: dict[str, list[dict]], a: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

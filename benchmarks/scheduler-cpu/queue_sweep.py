@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.sim.config import EngineConfig
 from feather_lab.sim.engine import simulate
 from feather_lab.sim.scheduler_cpu import load_scheduler_cpu
@@ -145,4 +145,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

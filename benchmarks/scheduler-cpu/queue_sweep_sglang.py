@@ -34,7 +34,7 @@ from pathlib import Path
 
 from queue_sweep import HARDWARE, MODEL, SHAPE, traffic
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.harness.sglang_engine import serve
 from feather_lab.harness.sglang_spec import ServeRequest, ServeSpec
 from feather_lab.harness.sglang_suite import _run_row
@@ -296,4 +296,7 @@ def save(args: argparse.Namespace, commands: list[str], cells: list[dict]) -> No
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

@@ -127,11 +127,16 @@ def main(argv: list[str]) -> dict:
         "batch_regions64k_per_member": round(SPREAD[1] / max(1, SPREAD[0]), 4),
         "batch_span_mib": round(SPREAD[2] / max(1, SPREAD[0]), 1),
     }
-    Path(out).write_text(json.dumps(res, indent=1))
+    from feather_lab.bench.record import write_record
+
+    write_record(out, **res)
     return res
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     if len(sys.argv) < 4:
         sys.exit(__doc__)
     print(json.dumps(main(sys.argv[1:]), indent=1))

@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import queue_sweep as Q
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.sim.config import EngineConfig
 from feather_lab.sim.engine import simulate
 from feather_sched.cost import StepCostModel
@@ -120,4 +120,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     sys.exit(main())

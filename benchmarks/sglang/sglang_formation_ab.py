@@ -38,7 +38,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.harness import sglang_bench as H
 
 ARMS = ("lpm", "lpm-unlevelled", "lpm-grouped-list", "feather", "feather-memmove")
@@ -172,4 +172,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     sys.exit(main())

@@ -27,7 +27,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.harness.sglang_bench import PREFIX_LEN, prefix_pool, prompt
 from feather_lab.harness.sglang_loop import StandInReq, scheduler_loop
 from feather_sched.policies.registry import make_policy
@@ -104,4 +104,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     sys.exit(main())

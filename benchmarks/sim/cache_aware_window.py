@@ -10,12 +10,10 @@ Usage: PYTHONPATH=src python benchmarks/sim/cache_aware_window.py OUT.json [--wi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 
-from feather_lab.bench.runner import git_commit
+from feather_lab.bench.record import write_record
 from feather_lab.bench.suite import BenchSpec, prepare_workloads
 from feather_lab.sim.engine import simulate
 from feather_sched.policies.registry import make_policy
@@ -49,16 +47,12 @@ def main(argv: list[str]) -> int:
             base = base or tok_s
             rows.append({"workload": name, "run": label, "output_tok_s": tok_s})
             print(f"{name:<22} {label:<12} {tok_s:10.1f} tok/s  {tok_s / base:.3f}x fcfs")
-    record = {
-        "date": time.strftime("%Y-%m-%d"),
-        "commit": git_commit(),
-        "command": "python benchmarks/sim/cache_aware_window.py " + " ".join(argv),
-        "hardware": spec.hardware,
-        "rows": rows,
-    }
-    args.out.write_text(json.dumps(record, indent=1))
+    write_record(args.out, hardware=spec.hardware, rows=rows)
     return 0
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     sys.exit(main(sys.argv[1:]))

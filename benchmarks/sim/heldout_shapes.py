@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 from feather_lab import simulate
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.workloads.registry import make_workload
 
 SHAPES = {
@@ -77,4 +77,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

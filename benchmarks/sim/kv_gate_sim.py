@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from feather_lab.bench.context import fit_context
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.bench.suite import BenchSpec, build_workload
 from feather_lab.sim.config import EngineConfig
 from feather_lab.sim.engine import simulate
@@ -75,4 +75,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

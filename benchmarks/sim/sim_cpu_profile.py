@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.harness.vllm_engine import ENGINE_SCALES, VllmBenchSpec, engine_workload
 from feather_lab.sim.config import EngineConfig
 from feather_lab.sim.engine import simulate
@@ -60,4 +60,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

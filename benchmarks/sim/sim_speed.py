@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.bench.suite import build_workload
 from feather_lab.sim.config import EngineConfig
 from feather_lab.sim.engine import simulate
@@ -50,4 +50,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

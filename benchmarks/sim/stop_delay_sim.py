@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from feather_lab.api import simulate
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.workloads.presets import PRESETS
 from feather_sched.cost.resolve import resolve_cost
 from feather_sched.policies.feather import FeatherPolicy
@@ -79,4 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     raise SystemExit(main())

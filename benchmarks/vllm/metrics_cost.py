@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_sched.host.admission import HostStats
 from feather_sched.host.metrics import PUBLISH_EVERY_S, MetricsPublisher, snapshot_root
 from feather_sched.index.cht import ChunkedHashTree
@@ -88,4 +88,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

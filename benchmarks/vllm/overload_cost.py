@@ -15,7 +15,7 @@ import argparse
 import statistics
 
 from feather_lab.bench.context import fit_context
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.bench.suite import build_workload
 from feather_lab.sim.engine import simulate
 from feather_sched.cost import StepCostModel
@@ -68,4 +68,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()

@@ -213,7 +213,6 @@ def cli_cluster_bench(
     then the runs; the table with its legend first, as the single-engine bench prints them
     (`output.results_text`), the JSON record (first: a finished run is never lost), then
     the plot."""
-    from feather_lab.bench.machine import write_record
     from feather_lab.bench.output import (
         check_output_path,
         check_plot_path,
@@ -221,6 +220,7 @@ def cli_cluster_bench(
         results_text,
         terminal_width,
     )
+    from feather_lab.bench.record import require_clean, write_record
     from feather_lab.bench.report import plot_results
 
     json_out, plot = outputs
@@ -228,6 +228,7 @@ def cli_cluster_bench(
     spec = ClusterBenchSpec(base=base, replicas=replicas, routers=names, policies=policies)
     try:
         spec.validate()
+        require_clean()
         check_output_path(json_out, "--json")
         check_plot_path(plot)
         rows = run_cluster_bench(spec, on_progress=lambda label: print(label, file=sys.stderr))

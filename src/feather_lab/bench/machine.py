@@ -61,26 +61,6 @@ def write_json(path: str | os.PathLike, payload: object) -> None:
     out.write_text(json.dumps(payload, indent=2, default=_path_as_text) + "\n")
 
 
-def provenance() -> dict:
-    """How a record was made: the command line, the commit (`+dirty` when the tree had
-    changes) and the date, so `feather results --check` can trace and age it."""
-    import sys
-    from datetime import datetime, timezone
-
-    argv = ["feather" if sys.argv[0].endswith("__main__.py") else sys.argv[0]]
-    return {
-        "command": " ".join([*argv, *sys.argv[1:]]),
-        "commit": git_commit(),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
-def write_record(path: str | os.PathLike, **fields: object) -> None:
-    """A benchmark's JSON record: the machine it ran on and how it was made, then its fields
-    (rows, config)."""
-    write_json(path, {"machine": machine_info(), "provenance": provenance(), **fields})
-
-
 def package_version() -> str:
     from feather_sched import __version__
 

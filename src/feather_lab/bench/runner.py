@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from feather_lab.bench.columns import legend
-from feather_lab.bench.machine import config_provenance, write_record
+from feather_lab.bench.machine import config_provenance
 from feather_lab.bench.output import (
     BenchProgress,
     check_output_path,
@@ -28,6 +28,7 @@ from feather_lab.bench.output import (
     terminal_width,
     workload_block,
 )
+from feather_lab.bench.record import require_clean, write_record
 from feather_lab.bench.suite import (
     BASELINE,
     BenchCosts,
@@ -125,6 +126,7 @@ class SimBench:
     def prepare(cls, spec: BenchSpec, json_out: Path, plot: Path) -> SimBench:
         """Every check; raises ValueError/OSError naming what is wrong and what is valid."""
         spec.validate()
+        require_clean()
         check_output_path(json_out, "--json")
         check_plot_path(plot)
         if spec.steps_out is not None:

@@ -79,12 +79,19 @@ def fail(err: Exception) -> NoReturn:
     raise typer.Exit(2) from None
 
 
-def writable(**outputs: Path | None) -> None:
+def writable(record: bool = True, **outputs: Path | None) -> None:
     """Every output path a command will write, checked before any work (an unwritable one
     exits 2 with its option named: a finished run is never lost to its save). Keys are
-    option names with `_` for `-` (`json=...` checks `--json`)."""
+    option names with `_` for `-` (`json=...` checks `--json`). A `--json` record also
+    needs a clean tree (`bench.record`), unless `record=False` (the file is no record)."""
     from feather_lab.bench.output import check_output_path
+    from feather_lab.bench.record import require_clean
 
+    if record and outputs.get("json") is not None:
+        try:
+            require_clean()
+        except ValueError as err:
+            fail(err)
     for name, path in outputs.items():
         if path is None:
             continue

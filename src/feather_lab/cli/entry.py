@@ -20,4 +20,7 @@ def main() -> None:
             file=sys.stderr,
         )
         raise SystemExit(2) from None
+    from feather_lab.bench.record import take_allow_flag
+
+    take_allow_flag(sys.argv)
     app()

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.cli.common import (
     app,
     console,

@@ -38,7 +38,7 @@ def trace_stats_cmd(
         fail(ValueError(f"{path} is a directory; give a trace file"))
     if not path.is_file():
         raise typer.BadParameter(f"no such file: {path}", param_hint="PATH")
-    writable(json=json_out)
+    writable(record=False, json=json_out)
     try:
         with console.status(f"reading {path.name}"):
             requests = read_trace(path, limit=limit)

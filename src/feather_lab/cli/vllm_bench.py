@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.table import Table
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_lab.cli.common import app, console, err_console, fail, int_list, writable
 from feather_lab.cli.options import (
     MaxBatchedTokens,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import write_record
 from feather_sched.sglang.cpu import prepare_cpu_import
 from feather_sched.sglang.plugin import settings_from_env
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from feather_lab.bench.machine import machine_info, write_json
+from feather_lab.bench.record import write_record
 from feather_lab.probe.device import device_info, kv_plan
 from feather_lab.probe.fit import fit_rows
 from feather_lab.probe.layout import GRIDS, build_layout
@@ -233,7 +234,7 @@ def _write_outputs(
         HardwareProfile.from_dict(report["profile"]).save(out)
         report["profile_path"] = str(out)
     if json_out is not None:
-        write_json(json_out, report)
+        write_record(json_out, **{k: v for k, v in report.items() if k != "machine"})
         Path(f"{json_out}.partial").unlink(missing_ok=True)
     if plot is not None:
         from feather_lab.probe.plot import plot_results

@@ -22,6 +22,7 @@ class Provenance:
     commit: str | None
     machine: bool
     date: str | None
+    marked_dirty: bool = False
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -35,7 +36,7 @@ class Provenance:
 
     @property
     def dirty(self) -> bool:
-        return bool(self.commit and self.commit.endswith("+dirty"))
+        return self.marked_dirty or bool(self.commit and self.commit.endswith("+dirty"))
 
 
 def _first(record: dict, *keys: str) -> object:
@@ -78,6 +79,7 @@ def read_provenance(path: Path, root: Path) -> Provenance | None:
         _commit(record),
         bool(record.get("machine")),
         str(date) if date else None,
+        bool(_first(record, "dirty")),
     )
 
 
