@@ -40,7 +40,7 @@ def test_a_record_command_on_a_dirty_tree_exits_2_naming_the_files_before_any_wo
     assert result.exit_code == 2, result.output
     assert "src/feather_sched/host/x.py" in result.output and "--allow-dirty" in result.output
     assert not out.exists()
-    with pytest.raises(record.DirtyTree, match="host/x.py"):
+    with pytest.raises(record.DirtyTree, match=r"host/x\.py"):
         record.write_record(out, rows=[])
 
 

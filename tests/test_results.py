@@ -21,10 +21,16 @@ def test_the_repository_figures_match_their_records() -> None:
     assert bad == [], "\n".join(map(str, bad))
 
 
+MADE = {"command": "python make.py", "commit": "0" * 40, "date": "2026-01-01T00:00:00+00:00"}
+
+
 def _tree(tmp_path: Path, figure: str) -> Path:
     record = tmp_path / "benchmarks" / "t" / "r.json"
     record.parent.mkdir(parents=True)
-    record.write_text(json.dumps({"machine": {"cpu": "x"}, "ab": [{"b_over_a": 2.837}]}))
+    record.write_text(json.dumps({"machine": {"cpu": "x"}, "ab": [{"b_over_a": 2.837}], **MADE}))
+    (tmp_path / "benchmarks" / "records.toml").write_text(
+        '[[record]]\npath = "benchmarks/t/r.json"\nremake = "by-hand"\n'
+    )
     (tmp_path / "README.md").write_text(
         f"| gain | {figure}<!-- record: benchmarks/t/r.json ab[0].b_over_a .2f -->x |\n"
     )
@@ -71,3 +77,34 @@ def test_bad_options_exit_2(tmp_path: Path) -> None:
     runner = CliRunner()
     assert runner.invoke(app, ["results"]).exit_code == 2
     assert runner.invoke(app, ["results", "--check", "--root", str(tmp_path)]).exit_code == 2
+
+
+def _rewrite(tmp_path: Path, **fields: object) -> None:
+    record = tmp_path / "benchmarks" / "t" / "r.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), **fields}))
+
+
+def test_a_record_without_date_or_from_a_dirty_tree_fails_unless_allowed(tmp_path: Path) -> None:
+    runner = CliRunner()
+    check = ["results", "--check", "--root", str(_tree(tmp_path, "2.84"))]
+    for fields in ({"date": None}, {"commit": "0" * 40 + "+dirty"}):
+        _rewrite(tmp_path, **{**MADE, **fields})
+        failed = runner.invoke(app, check)
+        assert failed.exit_code == 1 and "(FAIL)" in failed.output, failed.output
+        assert "benchmarks/t/r.json" in failed.output
+        assert runner.invoke(app, [*check, "--allow-stale"]).exit_code == 0
+
+
+def test_an_unregistered_record_fails_even_when_stale_is_allowed(tmp_path: Path) -> None:
+    _tree(tmp_path, "2.84")
+    (tmp_path / "benchmarks" / "t" / "other.json").write_text(json.dumps({**MADE, "machine": 1}))
+    args = ["results", "--check", "--allow-stale", "--root", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1 and "benchmarks/t/other.json: not in" in result.output
+
+
+def test_the_repository_registers_every_record_with_its_remaking() -> None:
+    from feather_lab.results.check import CheckSpec, run_check
+
+    report = run_check(CheckSpec(ROOT, allow_stale=True))
+    assert report.registry == [] and report.mismatches == []

@@ -1,4 +1,5 @@
-"""`feather results`: every published figure checked against its record."""
+"""`feather results`: every published figure checked against its record, and the commands
+that re-make the records (simulated: --quick; real engines: --engines)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ def _print_report(report, spec, verbose: bool) -> None:
     )
     for m in report.mismatches:
         print(f"  MISMATCH {m}")
-    sections = [
-        ("incomplete", report.incomplete, spec.strict),
-        ("dirty", report.dirty, spec.strict),
-        ("stale", report.stale, spec.fail_stale),
-    ]
-    for name, items, fails in sections:
+    for problem in report.registry:
+        print(f"  REGISTRY {problem}")
+    fails = not spec.allow_stale
+    for name, items in (
+        ("incomplete", report.incomplete),
+        ("dirty", report.dirty),
+        ("stale", report.stale),
+    ):
         tag = "FAIL" if fails and items else "report"
         print(f"{len(items)} of {report.records} records {name} ({tag})")
         for item in items if verbose or fails else items[:5]:
@@ -31,38 +34,77 @@ def _print_report(report, spec, verbose: bool) -> None:
             print(f"  ... {len(items) - 5} more (--verbose)")
 
 
+def _engines(root: Path, only: str | None, list_only: bool) -> None:
+    from feather_lab.bench.record import require_clean
+    from feather_lab.results.engines import jobs, listing, run_engines
+    from feather_lab.results.registry import PIECES, load
+
+    names = [p.name for p in PIECES]
+    if only is not None and only not in names:
+        fail(ValueError(f"--only {only!r}: no such piece; valid: {', '.join(names)}"))
+    try:
+        todo = [j for j in jobs(load(root)) if only is None or j.piece.name == only]
+    except ValueError as err:
+        fail(err)
+    if list_only:
+        print(listing(todo))
+        raise typer.Exit(0)
+    try:
+        require_clean()
+    except ValueError as err:
+        fail(err)
+    raise typer.Exit(1 if run_engines(root, todo, Path("results-engines.json")) else 0)
+
+
 @app.command("results")
 def results_cmd(
     check: Annotated[bool, typer.Option("--check", help="Check figures, provenance, age.")] = False,
     quick: Annotated[
         bool, typer.Option("--quick", help="Re-make the simulated records and compare.")
     ] = False,
+    engines: Annotated[
+        bool, typer.Option("--engines", help="Re-make the real-engine records (hours).")
+    ] = False,
+    only: Annotated[
+        str | None, typer.Option("--only", help="--engines: run this piece only.")
+    ] = None,
+    list_only: Annotated[
+        bool, typer.Option("--list", help="--engines: list the pieces and their time.")
+    ] = False,
     docs: Annotated[
         list[Path] | None, typer.Option("--doc", help="A doc to check (default: README, docs/).")
     ] = None,
     root: Annotated[Path, typer.Option(help="The repository root.")] = Path("."),
-    strict: Annotated[
-        bool, typer.Option(help="Fail on records without command/commit/machine/date or dirty.")
+    allow_stale: Annotated[
+        bool,
+        typer.Option(
+            "--allow-stale",
+            help="--check: report stale, incomplete and dirty records without failing.",
+        ),
     ] = False,
-    fail_stale: Annotated[bool, typer.Option(help="Fail on stale records.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="List every record.")] = False,
 ) -> None:
-    """Check that every quoted figure matches its record (--check), or re-make the simulated
-    records and compare (--quick)."""
-    if check == quick:
-        fail(ValueError("give exactly one of --check or --quick"))
+    """Check every quoted figure against its record and every record's provenance and age
+    (--check), or re-make the simulated records and compare (--quick), or re-make the
+    real-engine records (--engines)."""
+    if check + quick + engines != 1:
+        fail(ValueError("give exactly one of --check, --quick or --engines"))
+    if (only is not None or list_only) and not engines:
+        fail(ValueError("--only and --list go with --engines"))
     if not (root / "benchmarks").is_dir():
         fail(ValueError(f"--root {root}: no benchmarks/ folder; give the repository root"))
     for doc in docs or ():
         if not doc.is_file():
             fail(ValueError(f"--doc {doc}: no such file"))
+    if engines:
+        _engines(root.resolve(), only, list_only)
     if quick:
         from feather_lab.results.quick import run_quick
 
         raise typer.Exit(1 if run_quick(root.resolve()) else 0)
     from feather_lab.results.check import CheckSpec, run_check
 
-    spec = CheckSpec(root.resolve(), tuple(d.resolve() for d in docs or ()), strict, fail_stale)
+    spec = CheckSpec(root.resolve(), tuple(d.resolve() for d in docs or ()), allow_stale)
     report = run_check(spec)
     _print_report(report, spec, verbose)
     raise typer.Exit(1 if report.failed(spec) else 0)

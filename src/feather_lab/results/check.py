@@ -1,8 +1,10 @@
 """`feather results --check`: figures against records, records' provenance, staleness.
 
-Figure mismatches always fail. A record that does not name its command, commit, machine and
-date, or names a dirty tree, is listed; so is a stale one; each fails the check only when
-asked (`strict`, `fail_stale`), so the repository's older records are reported, not hidden.
+A figure that differs from its record fails, and so does a registry (benchmarks/records.toml)
+that misses a record or names one that is gone. A record that does not name its command,
+commit, machine and date (nor has a command registered), was made from a dirty tree, or is
+older than the code it measures fails too, unless `allow_stale`: then those are listed and
+the check passes, while the older records wait to be re-made.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 
 from feather_lab.results.figures import Mismatch, check_docs
 from feather_lab.results.provenance import read_provenance, records
+from feather_lab.results.registry import REGISTRY, load
 from feather_lab.results.staleness import stale_reason
 
 
@@ -19,25 +22,22 @@ from feather_lab.results.staleness import stale_reason
 class CheckSpec:
     root: Path
     docs: tuple[Path, ...] = ()
-    strict: bool = False
-    fail_stale: bool = False
+    allow_stale: bool = False
 
 
 @dataclass
 class CheckReport:
     figures: int = 0
     mismatches: list[Mismatch] = field(default_factory=list)
+    registry: list[str] = field(default_factory=list)
     records: int = 0
     incomplete: list[str] = field(default_factory=list)
     dirty: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
 
     def failed(self, spec: CheckSpec) -> bool:
-        return bool(
-            self.mismatches
-            or (spec.strict and (self.incomplete or self.dirty))
-            or (spec.fail_stale and self.stale)
-        )
+        late = self.incomplete or self.dirty or self.stale
+        return bool(self.mismatches or self.registry or (late and not spec.allow_stale))
 
 
 def default_docs(root: Path) -> tuple[Path, ...]:
@@ -48,16 +48,36 @@ def run_check(spec: CheckSpec) -> CheckReport:
     report = CheckReport()
     docs = list(spec.docs or default_docs(spec.root))
     report.figures, report.mismatches = check_docs(docs, spec.root)
+    commands = _registered(spec.root, report)
     for path in records(spec.root):
         prov = read_provenance(path, spec.root)
         if prov is None:
             continue
         report.records += 1
-        if prov.missing:
-            report.incomplete.append(f"{prov.path}: names no {', '.join(prov.missing)}")
+        if prov.path not in commands:
+            report.registry.append(f"{prov.path}: not in {REGISTRY}")
+        missing = [m for m in prov.missing if not (m == "command" and commands.get(prov.path))]
+        if missing:
+            report.incomplete.append(f"{prov.path}: names no {', '.join(missing)}")
         if prov.dirty:
             report.dirty.append(f"{prov.path}: made from a dirty tree ({prov.commit})")
         reason = stale_reason(spec.root, prov.path, prov.commit)
         if reason:
             report.stale.append(f"{prov.path}: {reason}")
     return report
+
+
+def _registered(root: Path, report: CheckReport) -> dict[str, str | None]:
+    """Each registered record's command; registry problems go to the report."""
+    if not (root / REGISTRY).is_file():
+        report.registry.append(f"no {REGISTRY}: every record names its re-making command there")
+        return {}
+    try:
+        entries = load(root)
+    except (ValueError, OSError) as err:
+        report.registry.append(str(err))
+        return {}
+    for e in entries:
+        if not (root / e.path).is_file():
+            report.registry.append(f"{e.path}: registered, but there is no such record")
+    return {e.path: e.command for e in entries}
