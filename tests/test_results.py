@@ -108,3 +108,16 @@ def test_the_repository_registers_every_record_with_its_remaking() -> None:
 
     report = run_check(CheckSpec(ROOT, allow_stale=True))
     assert report.registry == [] and report.mismatches == []
+
+
+def test_a_range_and_a_median_render_from_the_record(tmp_path: Path) -> None:
+    record = tmp_path / "benchmarks" / "t" / "r.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"a": [1.0, 2.0, 4.0], "b": 2.0}))
+    expr = "range(median(a[0] / b, a[1] / b), a[2] / b)"
+    doc = tmp_path / "README.md"
+    doc.write_text(f"0.75-2.00<!-- record: benchmarks/t/r.json {expr} .2f -->x\n")
+    assert check_docs([doc], tmp_path) == (1, [])
+    doc.write_text(f"0.75-2.10<!-- record: benchmarks/t/r.json {expr} .2f -->x\n")
+    _, bad = check_docs([doc], tmp_path)
+    assert [b.reason for b in bad] == ["the record says 0.75-2.00"]

@@ -6,7 +6,11 @@ A figure carries an HTML comment right after it that names its source:
 
 The comment gives the record (a path from the repository root), the JSON path of the value
 (dots and `[i]`; `A / B` divides two values of the same record) and the format spec it is
-printed with. The check renders the value with that spec and compares it, digit for digit,
+printed with. `median(E, ...)`, `min(...)`, `max(...)` combine such values, and a range
+quoted as `0.97-1.02` is marked `range(E, ...)` (its lowest and highest value):
+
+    0.97-1.02<!-- record: r.json range(median(a / b, c / d), median(e / f, g / h)) .2f -->
+ The check renders the value with that spec and compares it, digit for digit,
 with the number just before the comment; so a figure that drifts from its record, or a
 record re-made without its figure, fails by name.
 """
@@ -15,11 +19,13 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 MARK = re.compile(r"<!--\s*record:\s*(?P<path>\S+)\s+(?P<expr>.+?)\s+(?P<spec>\S+)\s*-->")
-NUMBER = re.compile(r"(?P<num>-?[\d,]*\.?\d+)(?P<unit>[x%]?)\s*$")
+NUMBER = re.compile(r"(?P<num>(?:[\d,]*\.?\d+-)?-?[\d,]*\.?\d+)(?P<unit>[x%]?)\s*$")
+CALL = re.compile(r"^(?P<name>median|min|max|range)\((?P<args>.*)\)$")
 STEP = re.compile(r"\.?([^.\[\]]+)|\[(-?\d+)\]")
 
 
@@ -76,8 +82,32 @@ def lookup(data: object, path: str) -> object:
     return value
 
 
-def evaluate(data: object, expr: str) -> float:
-    """`A` or `A / B`, each a JSON path into the same record."""
+def _split(args: str) -> list[str]:
+    """`args` split at its top-level commas."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(args):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            out.append(args[start:i])
+            start = i + 1
+    return [a.strip() for a in [*out, args[start:]]]
+
+
+def evaluate(data: object, expr: str) -> float | tuple[float, float]:
+    """`A`, `A / B` (JSON paths into the same record) or a call of median, min, max or
+    range over such expressions; range gives (lowest, highest)."""
+    expr = expr.strip()
+    call = CALL.match(expr)
+    if call:
+        values = [evaluate(data, a) for a in _split(call["args"])]
+        if any(isinstance(v, tuple) for v in values):
+            raise ValueError(f"{expr!r}: a range inside a call")
+        numbers = sorted(float(v) for v in values)  # type: ignore[arg-type]
+        if call["name"] == "range":
+            return numbers[0], numbers[-1]
+        return {"min": numbers[0], "max": numbers[-1]}.get(
+            call["name"], float(statistics.median(numbers))
+        )
     parts = [p.strip() for p in expr.split(" / ")]
     if len(parts) > 2:
         raise ValueError(f"{expr!r}: at most one ' / '")
@@ -87,13 +117,18 @@ def evaluate(data: object, expr: str) -> float:
     return value
 
 
+def render(value: float | tuple[float, float], spec: str) -> str:
+    if isinstance(value, tuple):
+        return f"{format(value[0], spec)}-{format(value[1], spec)}"
+    return format(value, spec)
+
+
 def check_figure(fig: Figure, root: Path) -> Mismatch | None:
     path = root / fig.record
     if not path.is_file():
         return Mismatch(fig, f"no record {fig.record}")
     try:
-        value = evaluate(json.loads(path.read_text()), fig.expr)
-        rendered = format(value, fig.spec)
+        rendered = render(evaluate(json.loads(path.read_text()), fig.expr), fig.spec)
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         return Mismatch(fig, f"cannot read {fig.expr!r}: {exc!r}")
     if not fig.quoted:
