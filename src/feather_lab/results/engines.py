@@ -52,7 +52,8 @@ def listing(todo: Sequence[Job]) -> str:
     for piece in dict.fromkeys(j.piece for j in todo):
         mine = [j for j in todo if j.piece == piece]
         minutes = sum(j.minutes for j in mine)
-        lines.append(f"{piece.name:<12} ~{minutes / 60:.1f} h  {piece.about}")
+        when = f"~{minutes:.0f} min" if minutes < 60 else f"~{minutes / 60:.1f} h"
+        lines.append(f"{piece.name:<12} {when:>9}  {piece.about}")
         for j in mine:
             lines.append(f"    ~{j.minutes:.0f} min  {', '.join(j.records)}")
     total = sum(j.minutes for j in todo)
@@ -122,7 +123,8 @@ def run_engines(
     results: list[dict] = []
     skip = skip or skip_reason
     reasons = {p: skip(p) for p in dict.fromkeys(j.piece for j in todo)}
-    logs = Path(tempfile.mkdtemp(prefix="feather-engines-"))
+    logs = summary.with_name(summary.stem + "-logs")  # each piece's output, kept
+    logs.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with Progress(*columns) as progress, tempfile.TemporaryDirectory() as tmp:
