@@ -67,28 +67,29 @@ def package_version() -> str:
     return __version__
 
 
+def _git(*args: str) -> str | None:
+    """`git ARGS` run in the tree this package comes from; None outside git."""
+    src = Path(__file__).resolve().parent
+    try:
+        return subprocess.run(
+            ["git", "-C", str(src), *args], capture_output=True, text=True, timeout=5, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+@functools.cache
+def changed_files() -> tuple[str, ...]:
+    """Tracked files with uncommitted changes in the tree this package runs from."""
+    out = _git("status", "--porcelain", "--untracked-files=no") or ""
+    return tuple(line[3:] for line in out.splitlines() if line.strip())
+
+
 @functools.cache
 def git_commit() -> str | None:
     """The source tree's git commit (with `+dirty` when it has changes), or None."""
-    src = Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(src), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head + ("+dirty" if dirty else "") if head else None
+    head = (_git("rev-parse", "HEAD") or "").strip()
+    return head + ("+dirty" if changed_files() else "") if head else None
 
 
 def config_provenance() -> dict[str, Any]:

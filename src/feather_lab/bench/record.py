@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 from datetime import datetime, timezone
-from functools import cache
 from pathlib import Path
 
-from feather_lab.bench.machine import git_commit, machine_info, write_json
+from feather_lab.bench.machine import changed_files, git_commit, machine_info, write_json
 
 ALLOW_VAR = "FEATHER_ALLOW_DIRTY"
 ALLOW_FLAG = "--allow-dirty"
@@ -26,23 +24,6 @@ _argv: list[str] | None = None  # the command line as run, before ALLOW_FLAG was
 
 class DirtyTree(ValueError):
     """The source tree has uncommitted changes and no one allowed a record made from it."""
-
-
-@cache
-def changed_files() -> tuple[str, ...]:
-    """Tracked files with uncommitted changes in the tree this package runs from."""
-    src = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    return tuple(line[3:] for line in out.splitlines() if line.strip())
 
 
 def dirty_allowed() -> bool:
