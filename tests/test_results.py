@@ -121,3 +121,13 @@ def test_a_range_and_a_median_render_from_the_record(tmp_path: Path) -> None:
     doc.write_text(f"0.75-2.10<!-- record: benchmarks/t/r.json {expr} .2f -->x\n")
     _, bad = check_docs([doc], tmp_path)
     assert [b.reason for b in bad] == ["the record says 0.75-2.00"]
+
+
+def test_quick_sends_a_record_to_scratch_and_keeps_an_input_of_the_same_name() -> None:
+    from feather_lab.results.quick import argv, pieces
+
+    rec = "benchmarks/sim/check.json"
+    words = argv(f"python benchmarks/sim/sim_check.py {rec} --against {rec}", Path("/s/o"), rec)
+    assert words[1:] == ["benchmarks/sim/sim_check.py", "/s/o", "--against", rec]
+    found = pieces(ROOT)
+    assert len(found) >= 20 and all(p.command.split()[0] in ("feather", "python") for p in found)

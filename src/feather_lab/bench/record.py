@@ -70,7 +70,7 @@ def command_line(argv: list[str] | None = None) -> str:
     """The command as run: `feather ...` for the CLI, `python benchmarks/...` for a script."""
     words = list(argv if argv is not None else (_argv or sys.argv))
     head = words[0] if words else ""
-    if Path(head).name in ("feather", "__main__.py"):
+    if Path(head).name == "feather" or Path(head).match("feather_lab/cli/*.py"):
         words[0] = "feather"
     elif head.endswith(".py"):
         path = Path(head)

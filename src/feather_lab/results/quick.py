@@ -40,10 +40,11 @@ def argv(command: str, out: Path, record: str = "") -> list[str]:
     `record` or a placeholder) and no plot."""
     words = shlex.split(command)
     words = [w for i, w in enumerate(words) if w != "--plot" and words[i - 1 : i] != ["--plot"]]
+    first = words.index(record) if record in words else -1  # an input after it stays
     for i, w in enumerate(words):
         if w == "--json" and i + 1 < len(words):
             words[i + 1] = str(out)
-        if w in ("OUT", "OUT.json") or (record and w == record):
+        if w in ("OUT", "OUT.json") or i == first:
             words[i] = str(out)
     if "--json" not in words and str(out) not in words:
         words += ["--json", str(out)]
