@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import platform
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -80,9 +81,17 @@ def _git(*args: str) -> str | None:
 
 @functools.cache
 def changed_files() -> tuple[str, ...]:
-    """Tracked files with uncommitted changes in the tree this package runs from."""
+    """Tracked files with uncommitted changes in the tree this package runs from, records
+    registered in benchmarks/records.toml left out: a re-made record is not code, and
+    `feather results --engines` re-makes one after another before they are committed."""
     out = _git("status", "--porcelain", "--untracked-files=no") or ""
-    return tuple(line[3:] for line in out.splitlines() if line.strip())
+    changed = [line[3:] for line in out.splitlines() if line.strip()]
+    top = (_git("rev-parse", "--show-toplevel") or "").strip()
+    registry = Path(top, "benchmarks", "records.toml") if top else None
+    records: set[str] = set()
+    if registry is not None and registry.is_file():
+        records = set(re.findall(r'^path = "([^"]+)"', registry.read_text(), flags=re.M))
+    return tuple(f for f in changed if f not in records)
 
 
 @functools.cache

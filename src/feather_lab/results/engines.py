@@ -1,9 +1,9 @@
 """`feather results --engines`: re-make the real-engine headline records on this machine.
 
-Each registered command runs in the interpreter that has its engine, writing into a scratch
-folder; only when it exits 0 and wrote every record it is registered for do those records
-replace the ones in benchmarks/. So a piece that fails, or a run stopped part-way, keeps
-every record finished before it, and never leaves a half-made one. A piece whose engine is
+Each registered command runs as written, in the interpreter that has its engine; its old
+records are kept aside and put back unless it exits 0 having written every record it is
+registered for. So a piece that fails keeps every record finished before it, and never
+leaves a half-made one. A piece whose engine is
 not importable where it would run is skipped with the reason.
 """
 
@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -79,27 +77,33 @@ def skip_reason(piece: EnginePiece) -> str | None:
     return None
 
 
-def run_job(job: Job, root: Path, scratch: Path, log: Path) -> dict:
-    """Run one job into `scratch`; on success its records replace the repository's."""
-    replace = {r: str(scratch / Path(r).name) for r in job.records}
-    argv = argv_of(job.command, python_for(job.piece), replace)
+def run_job(job: Job, root: Path, log: Path) -> dict:
+    """Run one job as registered (so each record names that command); its records are kept
+    aside first and put back when it fails or leaves one unwritten."""
+    kept = {r: (root / r).read_bytes() if (root / r).is_file() else None for r in job.records}
     env = {**os.environ, "PYTHONPATH": str(root / "src")}
-    started = time.monotonic()
+    started, wall = time.monotonic(), time.time()
     with log.open("a") as out:
         out.write(f"$ {job.command}\n")
         out.flush()
+        argv = argv_of(job.command, python_for(job.piece))
         done = subprocess.run(argv, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
     result = {"piece": job.piece.name, "command": job.command, "records": list(job.records)}
     result["seconds"] = round(time.monotonic() - started, 1)
-    missing = [r for r in job.records if not Path(replace[r]).is_file()]
-    if done.returncode != 0 or missing:
-        why = f"exit {done.returncode}" + (
-            f"; did not write {', '.join(missing)}" if missing else ""
-        )
-        return {**result, "verdict": "failed", "detail": f"{why} (log: {log})"}
-    for record in job.records:
-        shutil.move(replace[record], root / record)
-    return {**result, "verdict": "re-made"}
+    unwritten = [
+        r for r in job.records if not (root / r).is_file() or (root / r).stat().st_mtime < wall
+    ]
+    if done.returncode == 0 and not unwritten:
+        return {**result, "verdict": "re-made"}
+    for record, old in kept.items():
+        if old is None:
+            (root / record).unlink(missing_ok=True)
+        else:
+            (root / record).write_bytes(old)
+    why = f"exit {done.returncode}" + (
+        f"; did not write {', '.join(unwritten)}" if unwritten else ""
+    )
+    return {**result, "verdict": "failed", "detail": f"{why}; old records kept (log: {log})"}
 
 
 def _eta(todo: Sequence[Job], done: int, spent: float) -> float:
@@ -127,7 +131,7 @@ def run_engines(
     logs.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-    with Progress(*columns) as progress, tempfile.TemporaryDirectory() as tmp:
+    with Progress(*columns) as progress:
         task = progress.add_task("", total=len(todo))
         for i, job in enumerate(todo):
             eta = _eta(todo, i, time.monotonic() - began)
@@ -139,7 +143,7 @@ def run_engines(
                 result = {"piece": job.piece.name, "records": list(job.records)}
                 result.update(verdict="skipped", detail=reason)
             else:
-                result = run_job(job, root, Path(tmp), logs / f"{job.piece.name}.log")
+                result = run_job(job, root, logs / f"{job.piece.name}.log")
             results.append(result)
             summary.write_text(json.dumps(results, indent=2) + "\n")
             progress.console.print(f"{result['verdict']:<8} {', '.join(job.records)}")

@@ -86,10 +86,10 @@ def python_for(piece: EnginePiece) -> str:
     return os.environ.get(piece.python_var) or sys.executable
 
 
-def argv_of(command: str, python: str, replace: dict[str, str] | None = None) -> list[str]:
+def argv_of(command: str, python: str) -> list[str]:
     """A registered command as an argv for `python`: `feather ...` runs the CLI module,
-    `python x.py ...` the script; each key of `replace` (a record path) becomes its value."""
-    words = [(replace or {}).get(w, w) for w in shlex.split(command)]
+    `python x.py ...` the script."""
+    words = shlex.split(command)
     if words[0] == "feather":
         return [python, "-m", "feather_lab.cli", *words[1:]]
     if words[0] in ("python", "python3"):
