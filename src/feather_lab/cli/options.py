@@ -18,7 +18,8 @@ from feather_lab.bench.suite import DEFAULT_POLICIES
 
 
 def _option(kind: Any, help: str, *flags: str, **settings: Any) -> Any:
-    """An option's annotation: its value type, then typer's Option (flags, help, bounds)."""
+    """An option's annotation: its value type, help, flags (where not the parameter's own
+    name) and settings such as bounds, read by typer as `Annotated[kind, Option(...)]`."""
     return Annotated[kind, typer.Option(*flags, help=help, **settings)]
 
 
