@@ -121,11 +121,11 @@ class PrefixGroupWorkload(GeneratorConfig):
     """Base of the named prefix-group configs: validation plus generation through `shape()`.
 
     A subclass is declared as data in its class statement: `ids` and `group` name its
-    requests and groups, `prompt_len` (in its own field names) is the sum that must be at least
-    one token, and `level` names, for a one-level family point, its fields for (groups, prefix
-    tokens, requests per group, suffix tokens[, the largest prefix: prefix lengths then drawn
-    per group up to it]); a subclass without `level` writes `shape()`. Each subclass has an
-    `output_len` field.
+    requests and groups, and `level` names, for a one-level family point, its fields for
+    (groups, prefix tokens, requests per group, suffix tokens[, the largest prefix: prefix
+    lengths then drawn per group up to it]); a subclass without `level` writes `shape()` and
+    says, as `prompt_len` in its own field names, the sum that must be at least one token (a
+    one-level point's is its prefix plus its suffix). Each subclass has an `output_len` field.
     """
 
     ID_PREFIX: ClassVar[str]
@@ -140,11 +140,15 @@ class PrefixGroupWorkload(GeneratorConfig):
         *,
         ids: str,
         group: str,
-        prompt_len: str,
         level: tuple[str, ...] | None = None,
+        prompt_len: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init_subclass__(**kwargs)
+        if prompt_len is None:
+            if level is None:
+                raise TypeError(f"{cls.__name__}: declare `level` or `prompt_len`")
+            prompt_len = f"{level[1]} + {level[3]}"
         cls.ID_PREFIX, cls.GROUP_LABEL, cls.PROMPT_LEN, cls.LEVEL = ids, group, prompt_len, level
 
     def shape(self) -> PrefixGroups:
@@ -183,7 +187,6 @@ class SharedPrefixWorkload(
     PrefixGroupWorkload,
     ids="sp",
     group="prefix",
-    prompt_len="system_prompt_len + question_len",
     level=("num_groups", "system_prompt_len", "prompts_per_group", "question_len"),
 ):
     """`num_groups` system prompts, `prompts_per_group` questions behind each.
@@ -208,7 +211,6 @@ class LongPrefixWorkload(
     PrefixGroupWorkload,
     ids="lp",
     group="prefix",
-    prompt_len="prefix_len + suffix_len",
     level=("num_prefixes", "prefix_len", "requests_per_prefix", "suffix_len", "prefix_len_max"),
 ):
     """`num_prefixes` long prefixes, `requests_per_prefix` short suffixes behind each.
@@ -239,7 +241,6 @@ class DocumentQAWorkload(
     PrefixGroupWorkload,
     ids="dq",
     group="doc",
-    prompt_len="document_len + question_len",
     level=("num_documents", "document_len", "questions_per_document", "question_len"),
 ):
     """`num_documents` documents, `questions_per_document` questions each; prompt = doc + question.
