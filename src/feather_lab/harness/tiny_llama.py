@@ -28,6 +28,9 @@ class TinyLlamaSpec:
     max_position_embeddings: int = 4096
     dtype: str = "float32"
     seed: int = 0
+    eos_terminals: int = 0
+    """0: plain random weights (greedy outputs rarely or never reach EOS). N > 0: the weights
+    written so greedy decoding ends at EOS at seeded points (`eos_walk`)."""
 
     @property
     def head_dim(self) -> int:
@@ -75,6 +78,10 @@ def build_tiny_llama(path: str | Path, spec: TinyLlamaSpec = TINY_LLAMA) -> Path
     )
     torch.manual_seed(spec.seed)
     model = LlamaForCausalLM(config).to(getattr(torch, spec.dtype))
+    if spec.eos_terminals:
+        from feather_lab.harness.eos_walk import write_eos_walk
+
+        write_eos_walk(model, spec.eos_terminals, spec.seed)
     model.save_pretrained(out, safe_serialization=True)
     _write_tokenizer(out, spec.vocab_size, spec.max_position_embeddings)
     stamp.write_text(json.dumps(asdict(spec)))

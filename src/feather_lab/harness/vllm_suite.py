@@ -122,8 +122,11 @@ def run_repetition(
     record_shapes: bool = False,
     steps_file: Any = None,
 ) -> Iterator[tuple[tuple[str, str], dict[str, Any]]]:
-    """One run of every (workload, policy), the baseline first; ((workload, policy), row)."""
+    """One run of every (workload, policy), the baseline first; ((workload, policy), row).
+    Ending at EOS, each row counts the requests whose greedy output differs from the
+    baseline's in this repetition (`outputs_differing`: scheduling must not change them)."""
     for wname, requests in workloads.items():
+        baseline_tokens: dict[str, Any] = {}
         for pname in (BASELINE, *spec.policies):
             engine = engines[BASELINE if pname == BASELINE else "feather"]
             state = spec.policy_state if pname == "feather" else None
@@ -144,7 +147,13 @@ def run_repetition(
             # The host's counters run over the engine's life: a row takes their increase.
             forced = feather.stats.forced if feather else 0
             errors = feather.stats.policy_errors if feather else 0
-            row = run_once(engine, requests, label, record_shapes)
+            row = run_once(engine, requests, label, record_shapes, spec.ignore_eos)
+            if "output_token_ids" in row:
+                tokens = row.pop("output_token_ids")
+                baseline_tokens = tokens if pname == BASELINE else baseline_tokens
+                row["outputs_differing"] = sum(
+                    baseline_tokens.get(rid) != out for rid, out in tokens.items()
+                )
             if feather is not None:
                 row.update(policy_counters(feather.policy))
                 row["policy_errors"] = feather.stats.policy_errors - errors
@@ -175,10 +184,13 @@ def median_rows(
 def _median_row(workload: str, policy: str, results: list[dict[str, Any]]) -> dict[str, Any]:
     speeds = [r["output_tok_s"] for r in results]
     mid = results[speeds.index(statistics.median_low(speeds))]
-    return {
+    row = {
         "workload": workload,
         "policy": policy,
         **mid,
         "repeats": len(results),
         "output_tok_s_runs": speeds,
     }
+    if "outputs_differing" in mid:  # any run's, not only the median's
+        row["outputs_differing"] = max(r["outputs_differing"] for r in results)
+    return row
