@@ -9,6 +9,7 @@ record (after every block) and the page section (benchmarks/vllm/policy-table.md
 
   python benchmarks/vllm/policy_table.py                    # the full table (hours: see page)
   python benchmarks/vllm/policy_table.py --smoke            # tiny-llama, 1 run: a few minutes
+  python benchmarks/vllm/policy_table.py --resume           # after a stop: the blocks left
   python benchmarks/vllm/policy_table.py --page-only        # the page section from the record
 
 Run with the vLLM venv and the source on the path (PYTHONPATH=src .venv-vllm/bin/python).
@@ -48,6 +49,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true",
                    help="tiny-llama, shared-prefix and no-sharing, 1 run; no page")  # fmt: skip
     p.add_argument("--page-only", action="store_true", help="rewrite the page from --json")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the blocks --json holds (same config); run the rest")  # fmt: skip
     args = p.parse_args(argv)
     if args.smoke:
         for key, value in SMOKE.items():
@@ -102,7 +105,14 @@ def main(argv: list[str] | None = None) -> int:
         write_record(args.json, config=config, complete=complete, rows=rows,
                      verdicts=verdicts(rows))  # fmt: skip
 
-    rows = run_table(spec, save)
+    kept: list[dict] = []
+    if args.resume and args.json.is_file():
+        old = json.loads(args.json.read_text())
+        if old.get("config") != json.loads(json.dumps(config)):
+            print(f"error: --resume: {args.json} was made with another config", file=sys.stderr)
+            return 2
+        kept = old["rows"]
+    rows = run_table(spec, save, kept=kept)
     record = json.loads(args.json.read_text())
     print(section({**record, "path": args.json.name}))
     if not args.smoke:

@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from feather_lab.harness.vllm_spec import VllmBenchSpec
@@ -72,18 +71,25 @@ class Eta:
     """Progress and time left: each remaining run is priced at the mean duration of the
     finished runs most like it (same block and workload, else same workload, else any)."""
 
-    def __init__(self, spec: TableSpec, out: Callable[[str], None]) -> None:
+    def __init__(
+        self, spec: TableSpec, out: Callable[[str], None], blocks: Sequence[Block] | None = None
+    ) -> None:
         bench = spec.bench.resolved()
+        blocks = spec.blocks() if blocks is None else blocks
         per_workload = 1 + len(bench.policies)
         # vllm_suite's order within a block: repeats, then workloads, then policies
         self.plan = [
             (block.name, w)
-            for block in spec.blocks()
+            for block in blocks
             for _ in range(bench.repeats)
             for w in bench.workloads or ()
             for _ in range(per_workload)
         ]
+        self.blocks = len(blocks)
         self.done: list[tuple[str, str, float]] = []
+        self.startups: list[float] = []
+        """Seconds from each block's start to its first run (its engines start and warm up)."""
+        self._block_start: float | None = None
         self.out = out
         self.t0 = time.perf_counter()
         self._current: tuple[str, str, float] | None = None
@@ -92,12 +98,20 @@ class Eta:
         """A run starts (`label`: scenario/workload/policy/repeat): the last one ended."""
         now = time.perf_counter()
         self.close(now)
+        if self._block_start is not None:
+            self.startups.append(now - self._block_start)
+            self._block_start = None
         self._current = (block.name, label.split("/")[1], now)
         left = self.left()
         self.out(
             f"[{len(self.done) + 1}/{len(self.plan)}] {block.name}: {label}  "
             f"elapsed {_clock(now - self.t0)}, ETA {'?' if left is None else _clock(left)}"
         )
+
+    def start_block(self) -> None:
+        """A block starts: its engines are built before its first run."""
+        self.close()
+        self._block_start = time.perf_counter()
 
     def close(self, now: float | None = None) -> None:
         """The running run ended (also at the end of a block: engine start-up is not a run)."""
@@ -110,7 +124,9 @@ class Eta:
         """Seconds of runs still to do, the one starting now included; None before any."""
         if not self.done:
             return None
-        return sum(self._mean(b, w) for b, w in self.plan[len(self.done) :])
+        runs = sum(self._mean(b, w) for b, w in self.plan[len(self.done) :])
+        startup = sum(self.startups) / max(1, len(self.startups))
+        return runs + startup * (self.blocks - len(self.startups))
 
     def _mean(self, block: str, workload: str) -> float:
         for match in (
@@ -132,27 +148,33 @@ def run_table(
     spec: TableSpec,
     save: Callable[[list[dict[str, Any]], bool], None],
     out: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
-    cache: Path | None = None,
+    kept: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """Every block in turn; `save(rows, complete)` after each. EOS rows are labelled
-    `workload (scenario, eos)`."""
+    `workload (scenario, eos)`. `kept`: rows of an earlier run of the same table; a block
+    they hold is not run again (the record is saved only between blocks)."""
     from feather_lab.harness.vllm_suite import run_vllm_bench
 
     spec.validate()
-    eta = Eta(spec, out)
-    rows: list[dict[str, Any]] = []
-    blocks = spec.blocks()
+    have = {_block_of(row) for row in kept}
+    blocks = [b for b in spec.blocks() if b not in have]
+    rows = [row for row in kept if _block_of(row) in set(spec.blocks())]
+    eta = Eta(spec, out, blocks)
     for i, block in enumerate(blocks):
         out(f"block {i + 1}/{len(blocks)}: {block.name} (starting its engines)")
+        eta.start_block()
         got = run_vllm_bench(
-            spec.block_spec(block),
-            on_progress=lambda label, b=block: eta.tick(b, label),
-            cache=cache,
+            spec.block_spec(block), on_progress=lambda label, b=block: eta.tick(b, label)
         )
-        eta.close()
         for row in got:
             row["outputs"] = "ignore_eos" if block.ignore_eos else "eos"
             row["workload"] = f"{row['engine_workload']} ({block.name})"
         rows.extend(got)
         save(rows, i == len(blocks) - 1)
+    if not blocks:
+        save(rows, True)
     return rows
+
+
+def _block_of(row: dict[str, Any]) -> Block:
+    return Block(row["scenario"], row.get("outputs", "ignore_eos") == "ignore_eos")
