@@ -8,27 +8,35 @@ cap". The walk rule makes the end a known, spread-out function of the prompt ins
   hidden state over the layers' context mix;
 - the output row of token j is the unit embedding of token j - 1 (ids `FIRST`..vocab-1 in a
   ring), so greedy decoding walks p+1, p+2, ... from the prompt's last token p;
-- `terminals` seeded token ids are terminal: EOS's output row is `EOS_GAIN` times the sum of
-  their unit embeddings, so after a terminal the argmax is EOS.
+- `terminals` seeded token ids are terminal: hidden dimension 0 is their flag (zero in every
+  other embedding, `FLAG` times the embedding's norm in theirs), and EOS's output row is
+  `EOS_GAIN` along it, so after a terminal the argmax is EOS and after any other token it is
+  not (EOS's logit there is the layers' small share of dimension 0).
 
 A request's output is therefore 1 + the ring distance from its last prompt token to the next
 terminal (1 if that token is terminal), cut at its cap: `walk_length`. Shapes, FLOPs and KV
 per token are the model's own, so the step costs are unchanged; only the token ids differ.
 The greedy margin is wide (the winner's logit is several times any other), so batch
-composition cannot flip a token: outputs are the same under every scheduling order.
+composition should not flip a token; the bench checks that every policy's outputs are vLLM's
+own (`outputs_differing`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["EMBED_SCALE", "EOS_GAIN", "EOS_ID", "FIRST", "terminal_ids", "walk_length",
-           "write_eos_walk"]  # fmt: skip
+__all__ = ["EMBED_SCALE", "EOS_GAIN", "EOS_ID", "FIRST", "FLAG", "RULE", "terminal_ids",
+           "walk_length", "write_eos_walk"]  # fmt: skip
 
+RULE = "walk-flag-1"
+"""The rule's version, in a built model's stamp: a model written by another is rebuilt."""
 EMBED_SCALE = 30.0
 """Embedding scale: the current token's share of the last hidden state."""
+FLAG = 2.0
+"""A terminal's flag (dimension 0) in units of its embedding's norm."""
 EOS_GAIN = 1.5
-"""EOS's logit after a terminal, relative to the walk's next token (> 1: EOS wins)."""
+"""EOS's output row along the flag: after a terminal its logit is 1.5 x 2 = 3 norms against
+the walk's sqrt(1 + 2^2) = 2.24 (the next token's row is the terminal's unit embedding)."""
 EOS_ID = 2
 FIRST = 4
 """Ids below are the tokenizer's specials (pad, bos, eos, unk): never walked."""
@@ -60,8 +68,10 @@ def write_eos_walk(model, terminals: int, seed: int) -> None:
     ends = torch.as_tensor(terminal_ids(vocab, terminals, seed))
     with torch.no_grad():
         emb.mul_(EMBED_SCALE)
+        emb[:, 0] = 0.0
+        emb[ends, 0] = FLAG * emb[ends].norm(dim=1)
         unit = emb / emb.norm(dim=1, keepdim=True)
         ids = torch.arange(FIRST, vocab)
         head.zero_()
         head[ids] = unit[torch.roll(ids, 1)]
-        head[EOS_ID] = EOS_GAIN * unit[ends].sum(0)
+        head[EOS_ID, 0] = EOS_GAIN
