@@ -8,7 +8,7 @@ the same lengths as caps (harness/eos_walk.py). Medians of 3 interleaved runs. W
 record (after every block) and the page section (benchmarks/vllm/policy-table.md).
 
   python benchmarks/vllm/policy_table.py                    # the full table (hours: see page)
-  python benchmarks/vllm/policy_table.py --smoke            # tiny-llama, 1 run: a few minutes
+  python benchmarks/vllm/policy_table.py --smoke            # tiny-llama, 1 run: ~12 minutes
   python benchmarks/vllm/policy_table.py --resume           # after a stop: the blocks left
   python benchmarks/vllm/policy_table.py --page-only        # the page section from the record
 
@@ -20,10 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from feather_lab.bench.machine import write_record
-from feather_lab.harness.vllm_spec import VllmBenchSpec
+from feather_lab.harness.eos_walk import RULE
+from feather_lab.harness.vllm_spec import EOS_TERMINALS, VllmBenchSpec
 from feather_lab.harness.vllm_table import PRIOR_POLICIES, TABLE_POLICIES, TableSpec, run_table
 from feather_lab.harness.vllm_table_page import section, verdicts, write_section
 
@@ -44,7 +46,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="KV scenarios that also run ending at EOS ('' for none)")  # fmt: skip
     p.add_argument("--feather-hardware", default=PRIOR,
                    help="feather and feather-hold's step-cost prior ('none')")  # fmt: skip
-    p.add_argument("--json", type=Path, default=RECORD)
+    p.add_argument("--json", type=Path, default=None,
+                   help=f"the record (default {RECORD.name}; --smoke: a temp file)")  # fmt: skip
     p.add_argument("--page", type=Path, default=PAGE)
     p.add_argument("--smoke", action="store_true",
                    help="tiny-llama, shared-prefix and no-sharing, 1 run; no page")  # fmt: skip
@@ -55,6 +58,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     if args.smoke:
         for key, value in SMOKE.items():
             setattr(args, key, value)
+    if args.json is None:
+        smoke = Path(tempfile.gettempdir()) / "policy-table-smoke.json"
+        args.json = smoke if args.smoke else RECORD
     return args
 
 
@@ -82,9 +88,27 @@ def _spec(args: argparse.Namespace) -> TableSpec:
     return TableSpec(bench, names(args.eos_scenarios))
 
 
+def _config(spec: TableSpec) -> dict:
+    """The record's config: what ran, and the rule of the EOS model."""
+    bench = spec.bench
+    return {
+        "engine": "vllm",
+        "policies": list(bench.policies),
+        "repeats": bench.repeats,
+        "model": bench.model,
+        "workloads": list(bench.resolved().workloads or ()),
+        "eos_scenarios": list(spec.eos_scenarios),
+        "policy_options": bench.policy_options,
+        "eos_model": {"rule": RULE, "terminals": EOS_TERMINALS, "seed": bench.seed},
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     if args.page_only:
+        if not args.json.is_file():
+            print(f"error: --json {args.json}: no such record", file=sys.stderr)
+            return 2
         record = json.loads(args.json.read_text())
         write_section(args.page, section({**record, "path": args.json.name}))
         print(f"wrote {args.page}")
@@ -95,11 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    config = {"engine": "vllm", "policies": list(spec.bench.policies),
-              "repeats": spec.bench.repeats, "model": spec.bench.model,
-              "workloads": list(spec.bench.resolved().workloads or ()),
-              "eos_scenarios": list(spec.eos_scenarios),
-              "policy_options": spec.bench.policy_options}  # fmt: skip
+    config = _config(spec)
 
     def save(rows: list[dict], complete: bool) -> None:
         write_record(args.json, config=config, complete=complete, rows=rows,

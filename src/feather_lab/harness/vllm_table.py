@@ -168,6 +168,8 @@ def run_table(
         )
         for row in got:
             row["outputs"] = "ignore_eos" if block.ignore_eos else "eos"
+            # what the KV gate and the policy could know of each output: its length, or a cap
+            row["scheduler_sees_output"] = "exact" if block.ignore_eos else "cap"
             row["workload"] = f"{row['engine_workload']} ({block.name})"
         rows.extend(got)
         save(rows, i == len(blocks) - 1)
