@@ -42,22 +42,39 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workloads", default="paper-32g,paper-4g,no-sharing")
     p.add_argument("--policies", default=",".join(TABLE_POLICIES))
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--eos-scenarios", default="kv-pressure,no-pressure",
-                   help="KV scenarios that also run ending at EOS ('' for none)")  # fmt: skip
-    p.add_argument("--feather-hardware", default=PRIOR,
-                   help="feather and feather-hold's step-cost prior ('none')")  # fmt: skip
-    p.add_argument("--json", type=Path, default=None,
-                   help=f"the record (default {RECORD.name}; --smoke: a temp file)")  # fmt: skip
+    p.add_argument(
+        "--eos-scenarios",
+        default="kv-pressure,no-pressure",
+        help="KV scenarios that also run ending at EOS ('' for none)",
+    )
+    p.add_argument(
+        "--feather-hardware",
+        default=PRIOR,
+        help="feather and feather-hold's step-cost prior ('none')",
+    )
+    p.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help=f"the record (default {RECORD.name}; --smoke: a temp file)",
+    )
     p.add_argument("--page", type=Path, default=PAGE)
-    p.add_argument("--smoke", action="store_true",
-                   help="tiny-llama, shared-prefix and no-sharing, 1 run; no page")  # fmt: skip
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny-llama, shared-prefix and no-sharing, 1 run, where not given; no page",
+    )
     p.add_argument("--page-only", action="store_true", help="rewrite the page from --json")
-    p.add_argument("--resume", action="store_true",
-                   help="keep the blocks --json holds (same config); run the rest")  # fmt: skip
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the blocks --json holds (same config); run the rest",
+    )
     args = p.parse_args(argv)
-    if args.smoke:
+    if args.smoke:  # its sizes, where not given
         for key, value in SMOKE.items():
-            setattr(args, key, value)
+            if getattr(args, key) == p.get_default(key):
+                setattr(args, key, value)
     if args.json is None:
         smoke = Path(tempfile.gettempdir()) / "policy-table-smoke.json"
         args.json = smoke if args.smoke else RECORD
@@ -122,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     config = _config(spec)
 
     def save(rows: list[dict], complete: bool) -> None:
-        write_record(args.json, config=config, complete=complete, rows=rows,
-                     verdicts=verdicts(rows))  # fmt: skip
+        write_record(
+            args.json, config=config, complete=complete, rows=rows, verdicts=verdicts(rows)
+        )
 
     kept: list[dict] = []
     if args.resume and args.json.is_file():
