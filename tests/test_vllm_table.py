@@ -149,3 +149,37 @@ def test_a_resumed_table_runs_only_the_blocks_its_record_lacks(monkeypatch) -> N
         "paper-4g (kv-pressure, eos)",
     ]
     assert rows[-1]["outputs"] == "eos"
+
+
+def test_a_policy_whose_greedy_output_differs_is_counted(monkeypatch) -> None:
+    """`outputs_differing`: per run, the requests whose tokens are not the baseline's of the
+    same repetition (the engine stood in for: only the counting is under test)."""
+    from types import SimpleNamespace
+
+    from feather_lab.harness import vllm_suite
+    from feather_lab.harness.vllm_spec import KvScenario
+    from feather_sched.policies.registry import make_policy
+
+    host = SimpleNamespace(stats=SimpleNamespace(forced=0, policy_errors=0))
+    host.policy = make_policy("fcfs")
+    monkeypatch.setattr(vllm_suite, "set_policy", lambda *a: None)
+    monkeypatch.setattr(vllm_suite, "scheduler_of", lambda engine: SimpleNamespace(feather=host))
+    outputs = {
+        "vllm": {"a": (5, 6, 2), "b": (7, 2)},
+        "feather": {"a": (5, 6, 2), "b": (7, 8, 2)},
+        "vllm-cache-aware": {"a": (5, 6, 2), "b": (7, 2)},
+    }
+
+    def fake_run_once(engine, requests, label, record_shapes, ignore_eos):
+        assert ignore_eos is False
+        return {"output_tok_s": 1.0, "output_token_ids": outputs[label.split("/")[2]]}
+
+    monkeypatch.setattr(vllm_suite, "run_once", fake_run_once)
+    spec = VllmBenchSpec(policies=("feather", "vllm-cache-aware"), ignore_eos=False)
+    engines = {"vllm": object(), "feather": object()}
+    rows = dict(
+        vllm_suite.run_repetition(spec, KvScenario("t", 1), engines, {"w": []}, 0, lambda _: None)
+    )
+    got = {p: row["outputs_differing"] for (_, p), row in rows.items()}
+    assert got == {"vllm": 0, "feather": 1, "vllm-cache-aware": 0}
+    assert all("output_token_ids" not in row for row in rows.values())
