@@ -655,6 +655,7 @@ def test_bench_ending_at_eos_gives_the_walk_rules_lengths_under_every_policy(
     assert sorted(p for _, p in rows) == sorted(("vllm", *policies))
     for row in rows.values():
         assert row["outputs_differing"] == 0 and row["ignore_eos"] is False
+        assert row["output_len_off_rule"] == 0
         assert row["output_tokens"] == sum(lengths)
         assert row["output_at_cap"] == lengths.count(48)
         assert row["output_len_quartiles"][0] == min(lengths)

@@ -94,6 +94,7 @@ def test_the_page_section_is_rewritten_between_its_markers(tmp_path) -> None:
         "output_len_cap_mean": 128,
         "output_at_cap": 12,
         "requests": 256,
+        "output_len_off_rule": 0,
     }
     rows = [
         _row("p (kv-pressure, eos)", "vllm", 100.0, vs_fcfs=1.0, **eos),
@@ -110,7 +111,7 @@ def test_the_page_section_is_rewritten_between_its_markers(tmp_path) -> None:
     text = section(record)
     throughput = "| 100 | 100 (1.00x) | 150 (1.50x) | 1.500 | 140-160 / 100-100 |"
     assert f"| p (kv-pressure, eos) {throughput}" in text
-    assert "| p (kv-pressure, eos) | 128 | 1, 20, 45, 80, 128 | 50.5 | 12 | 256 | 0 |" in text
+    assert "| p (kv-pressure, eos) | 128 | 1, 20, 45, 80, 128 | 50.5 | 12 | 256 | 0 | 0 |" in text
     assert "on 1 of 1 rows" in text and "identical under every policy" in text
     page = tmp_path / "page.md"
     page.write_text(f"# Title\n\n{BEGIN}\nold\n{END}\n\nafter\n")

@@ -23,10 +23,24 @@ own (`outputs_differing`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 
-__all__ = ["EMBED_SCALE", "EOS_GAIN", "EOS_ID", "FIRST", "FLAG", "RULE", "terminal_ids",
-           "walk_length", "write_eos_walk"]  # fmt: skip
+from feather_sched.request import Request
+
+__all__ = [
+    "EMBED_SCALE",
+    "EOS_GAIN",
+    "EOS_ID",
+    "FIRST",
+    "FLAG",
+    "RULE",
+    "off_rule",
+    "terminal_ids",
+    "walk_length",
+    "write_eos_walk",
+]
 
 RULE = "walk-flag-1"
 """The rule's version, in a built model's stamp: a model written by another is rebuilt."""
@@ -56,6 +70,16 @@ def walk_length(last_token: int, cap: int, vocab_size: int, terminals: np.ndarra
     ring = vocab_size - FIRST
     dist = (terminals - last_token) % ring
     return int(min(cap, 1 + dist.min()))
+
+
+def off_rule(
+    requests: Sequence[Request], tokens: Mapping[str, Sequence[int]], vocab: int, ends: np.ndarray
+) -> int:
+    """How many requests' outputs are not the rule's length (0 on a model written by it)."""
+    return sum(
+        len(tokens[r.request_id]) != walk_length(int(r.prompt[-1]), r.output_len, vocab, ends)
+        for r in requests
+    )
 
 
 def write_eos_walk(model, terminals: int, seed: int) -> None:

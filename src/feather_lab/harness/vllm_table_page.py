@@ -79,22 +79,24 @@ def table_lines(rows: Sequence[dict[str, Any]], policies: Sequence[str]) -> list
 
 def eos_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     """Ending at EOS: the realised output lengths (the same under every policy: vLLM's own
-    row) and the most requests any run's greedy output differed in."""
+    row), the most requests any run's greedy output differed in, and the most whose length
+    was not the EOS rule's (harness/eos_walk.py)."""
     lines = [
         "| workload (KV, outputs) | cap (mean) | output quartiles (min, q1, median, q3, max) "
-        "| mean | at the cap | requests | outputs differing |",
-        "|---|---:|---|---:|---:|---:|---:|",
+        "| mean | at the cap | requests | outputs differing | lengths off the rule |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for label, got in by_workload(rows).items():
         base = got.get("vllm")
         if base is None or base.get("ignore_eos", True):
             continue
         differing = max(r.get("outputs_differing", 0) for r in got.values())
+        off = [r["output_len_off_rule"] for r in got.values() if "output_len_off_rule" in r]
         quart = ", ".join(str(q) for q in base["output_len_quartiles"])
         lines.append(
             f"| {label} | {base['output_len_cap_mean']:g} | {quart} | "
             f"{base['output_len_mean']:g} | {base['output_at_cap']} | {base['requests']} | "
-            f"{differing} |"
+            f"{differing} | {max(off) if off else '-'} |"
         )
     return lines
 
