@@ -610,3 +610,54 @@ def test_vllm_cache_aware_runs_vllm_034s_rule_on_the_engine(
     assert policy.reorders > 0, "the workload was meant to reorder the window"
     assert seen and feather.feather.stats.policy_errors == errors
     assert_index_empty(feather)
+
+
+@pytest.fixture(scope="module")
+def eos_engines(tmp_path_factory, engine_env) -> dict[str, LLM]:
+    """vLLM's own and a Feather engine on tiny-llama's EOS variant (outputs end at EOS)."""
+    from dataclasses import replace
+
+    from feather_lab.harness.vllm_spec import EOS_TERMINALS
+
+    spec = replace(TINY_LLAMA, eos_terminals=EOS_TERMINALS)
+    path = str(build_tiny_llama(tmp_path_factory.mktemp("tiny-llama-eos"), spec))
+    feather = LLM(path, scheduler_cls="feather_sched.vllm.FeatherScheduler", **ENGINE_ARGS)
+    return {"vllm": LLM(path, **ENGINE_ARGS), "feather": feather}
+
+
+def test_bench_ending_at_eos_gives_the_walk_rules_lengths_under_every_policy(
+    eos_engines,
+) -> None:
+    """Without ignore_eos each output ends at EOS where the walk rule says (a spread of
+    lengths, some cut at the cap), and every policy, under KV pressure, gives each request
+    vLLM's own greedy tokens."""
+    from feather_lab.harness.eos_walk import terminal_ids, walk_length
+    from feather_lab.harness.vllm_spec import EOS_TERMINALS, KvScenario, VllmBenchSpec
+    from feather_lab.harness.vllm_suite import run_repetition
+    from feather_sched.request import Request
+
+    rng = np.random.default_rng(11)
+    prefixes = [rng.integers(4, TINY_LLAMA.vocab_size, 2 * BLOCK) for _ in range(4)]
+    requests = [
+        Request(f"r{i}", np.r_[prefixes[i % 4], rng.integers(4, 512, 8)], 48, group=str(i % 4))
+        for i in range(24)
+    ]
+    ends = terminal_ids(TINY_LLAMA.vocab_size, EOS_TERMINALS, TINY_LLAMA.seed)
+    lengths = [walk_length(int(r.prompt[-1]), 48, TINY_LLAMA.vocab_size, ends) for r in requests]
+    assert 48 in lengths and min(lengths) < 24, "the workload was meant to spread the lengths"
+    policies = ("vllm-cache-aware", "feather", "feather-paper")
+    spec = VllmBenchSpec(workloads=("w",), policies=policies, ignore_eos=False)
+    rows = dict(
+        run_repetition(
+            spec, KvScenario("t", KV_BLOCKS), eos_engines, {"w": requests}, 0, lambda _: None
+        )
+    )
+    assert sorted(p for _, p in rows) == sorted(("vllm", *policies))
+    for row in rows.values():
+        assert row["outputs_differing"] == 0 and row["ignore_eos"] is False
+        assert row["output_len_off_rule"] == 0
+        assert row["output_tokens"] == sum(lengths)
+        assert row["output_at_cap"] == lengths.count(48)
+        assert row["output_len_quartiles"][0] == min(lengths)
+    assert rows[("w", "feather")]["preemptions"] + rows[("w", "vllm")]["preemptions"] > 0
+    assert_index_empty(scheduler_of(eos_engines["feather"]))

@@ -28,6 +28,9 @@ class TinyLlamaSpec:
     max_position_embeddings: int = 4096
     dtype: str = "float32"
     seed: int = 0
+    eos_terminals: int = 0
+    """0: plain random weights (greedy outputs rarely or never reach EOS). N > 0: the weights
+    written so greedy decoding ends at EOS at seeded points (`eos_walk`)."""
 
     @property
     def head_dim(self) -> int:
@@ -51,7 +54,12 @@ def build_tiny_llama(path: str | Path, spec: TinyLlamaSpec = TINY_LLAMA) -> Path
     """Write config, random weights and a tokenizer to `path` (reused if already built)."""
     out = Path(path)
     stamp = out / _STAMP
-    if stamp.is_file() and json.loads(stamp.read_text()) == asdict(spec):
+    written = asdict(spec)
+    if spec.eos_terminals:
+        from feather_lab.harness.eos_walk import RULE
+
+        written["eos_rule"] = RULE  # a changed rule rewrites the weights
+    if stamp.is_file() and json.loads(stamp.read_text()) == written:
         return out
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -75,9 +83,13 @@ def build_tiny_llama(path: str | Path, spec: TinyLlamaSpec = TINY_LLAMA) -> Path
     )
     torch.manual_seed(spec.seed)
     model = LlamaForCausalLM(config).to(getattr(torch, spec.dtype))
+    if spec.eos_terminals:
+        from feather_lab.harness.eos_walk import write_eos_walk
+
+        write_eos_walk(model, spec.eos_terminals, spec.seed)
     model.save_pretrained(out, safe_serialization=True)
     _write_tokenizer(out, spec.vocab_size, spec.max_position_embeddings)
-    stamp.write_text(json.dumps(asdict(spec)))
+    stamp.write_text(json.dumps(written))
     return out
 
 

@@ -6,6 +6,7 @@ scheduler; the built-in random-weight models are built once into the cache folde
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import numpy as np
 from feather_lab.harness.vllm_spec import (  # noqa: F401 (re-exported for the bench's callers)
     BASELINE,
     ENGINE_SCALES,
+    EOS_TERMINALS,
     EngineScale,
     KvScenario,
     VllmBenchSpec,
@@ -75,8 +77,12 @@ def model_dir(spec: VllmBenchSpec, cache: Path | None = None) -> tuple[str, str,
         config = json.loads((Path(name) / "config.json").read_text())
         return name, spec.dtype, int(config["vocab_size"])
     built = ENGINE_MODELS[name]
+    folder = name
+    if not spec.ignore_eos:  # outputs end at EOS: the walk variant
+        built = dataclasses.replace(built, eos_terminals=EOS_TERMINALS)
+        folder = f"{name}-eos{EOS_TERMINALS}"
     root = cache or Path(os.environ.get("FEATHER_CACHE", Path.home() / ".cache" / "feather"))
-    path = build_tiny_llama(root / name, built)
+    path = build_tiny_llama(root / folder, built)
     return str(path), built.dtype, built.vocab_size
 
 

@@ -20,14 +20,20 @@ from feather_sched.vllm.local import scheduler_of
 
 
 def run_once(
-    llm, requests: Sequence[Request], label: str, record_shapes: bool = False
+    llm,
+    requests: Sequence[Request],
+    label: str,
+    record_shapes: bool = False,
+    ignore_eos: bool = True,
 ) -> dict[str, Any]:
     """Serve `requests` (at their arrival times) on a warm engine; one result row.
     `busy_s` is the measured time of its engine steps; with `record_shapes` the row also
     carries `step_shapes` (each step's BatchShape, for replaying the run through a cost
-    model; not JSON: pop it before saving)."""
+    model; not JSON: pop it before saving). Without `ignore_eos` a request's output length
+    is its cap and it ends at EOS; the row then says how long the outputs were."""
     llm.reset_prefix_cache()
-    run = _Run(llm.llm_engine, sorted(requests, key=lambda r: r.arrival_time), label)
+    order = sorted(requests, key=lambda r: r.arrival_time)
+    run = _Run(llm.llm_engine, order, label, ignore_eos)
     with StepProbe(scheduler_of(llm), run.group.get, record_shapes) as probe:
         cpu_s = run.serve()
     run.check_finished()
@@ -40,8 +46,11 @@ class _Run:
     the time spent inside engine steps. Kept apart from the row so the timed loop does only
     bookkeeping."""
 
-    def __init__(self, engine, order: Sequence[Request], label: str) -> None:
+    def __init__(self, engine, order: Sequence[Request], label: str, ignore_eos: bool) -> None:
         self.engine = engine
+        self.ignore_eos = ignore_eos
+        self.tokens: dict[str, Sequence[int]] = {}
+        """The bench's request id -> its output token ids (greedy: the same on every engine)."""
         self.order = order
         self.label = label
         self.external: dict[str, Request] = {}
@@ -77,7 +86,10 @@ class _Run:
             r = self.order[self._next]
             rid = f"{self.label}-{r.request_id}"
             params = SamplingParams(
-                max_tokens=r.output_len, ignore_eos=True, temperature=0.0, detokenize=False
+                max_tokens=r.output_len,
+                ignore_eos=self.ignore_eos,
+                temperature=0.0,
+                detokenize=False,
             )
             prompt = TokensPrompt(prompt_token_ids=r.prompt.tolist())
             internal = self.engine.add_request(rid, prompt, params)
@@ -97,16 +109,23 @@ class _Run:
                 self.first[out.request_id] = t
             if out.finished:
                 self.done[out.request_id] = (t, n)
+                key = self.external[out.request_id].request_id
+                self.tokens[key] = tuple(out.outputs[0].token_ids)
 
     def check_finished(self) -> None:
-        """A request that did not finish with its output length means the row's tokens are
-        not the workload's: refuse the run rather than report it."""
+        """A request that did not finish with its output length (under `ignore_eos`), or with
+        1 to its cap tokens (ending at EOS), means the row's tokens are not the workload's:
+        refuse the run rather than report it."""
         done = self.done
-        bad = [rid for rid, r in self.external.items() if done.get(rid, (0, -1))[1] != r.output_len]
+
+        def wrong(rid: str, r: Request) -> bool:
+            n = done.get(rid, (0, -1))[1]
+            return n != r.output_len if self.ignore_eos else not 1 <= n <= r.output_len
+
+        bad = [rid for rid, r in self.external.items() if wrong(rid, r)]
         if bad:
-            raise RuntimeError(
-                f"{len(bad)} requests did not finish with their output length: {bad[:3]}"
-            )
+            what = "their output length" if self.ignore_eos else "1 to their cap of tokens"
+            raise RuntimeError(f"{len(bad)} requests did not finish with {what}: {bad[:3]}")
 
     def row(self, probe: StepProbe, cpu_s: float) -> dict[str, Any]:
         """The run's result row: throughput, latency percentiles and the probe's counts."""
@@ -134,5 +153,21 @@ class _Run:
             **preemption_spread([probe.preempted[rid] for rid in self.group]),
             "preempted_kv_tokens": probe.preempted_kv_tokens,
             "busy_s": round(self.busy, 4),
+            "ignore_eos": self.ignore_eos,
+            **({} if self.ignore_eos else self.output_lengths()),
             **({"step_shapes": probe.shapes} if probe.shapes is not None else {}),
+        }
+
+    def output_lengths(self) -> dict[str, Any]:
+        """The realised output lengths (ending at EOS) against the caps, and every request's
+        output tokens (`output_token_ids`, by the workload's request id: not for JSON)."""
+        n = np.array([self.done[rid][1] for rid in self.external])
+        caps = np.array([r.output_len for r in self.external.values()])
+        q = np.percentile(n, [0, 25, 50, 75, 100])
+        return {
+            "output_len_quartiles": [int(v) for v in np.round(q)],
+            "output_len_mean": round(float(n.mean()), 2),
+            "output_len_cap_mean": round(float(caps.mean()), 2),
+            "output_at_cap": int((n == caps).sum()),
+            "output_token_ids": dict(self.tokens),
         }

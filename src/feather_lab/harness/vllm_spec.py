@@ -27,6 +27,11 @@ MAX_NUM_BATCHED_TOKENS = 4096
 """Tokens scheduled per step at most in the harness's engines."""
 
 
+EOS_TERMINALS = 8
+"""Terminal tokens of a built-in model's EOS variant: ring gaps of ~64 of its 508 walked ids,
+so outputs end at 1 to ~130 tokens (mean ~50 under a 128-token cap, ~35 under 64)."""
+
+
 @dataclass(frozen=True)
 class KvScenario:
     name: str
@@ -117,6 +122,11 @@ class VllmBenchSpec(EngineBenchSpec):
     drop_overlong: bool = False
     """Drop requests longer than `max_model_len` (counted in the rows) instead of refusing
     the run: vLLM would reject them."""
+    ignore_eos: bool = True
+    """True: every request runs to its workload's output length (the scheduler could know it).
+    False: the length is a cap (`max_tokens`) and the output ends at the model's EOS; a
+    built-in model is then written with `EOS_TERMINALS` (harness/eos_walk.py) so its greedy
+    outputs end at spread-out lengths under the cap."""
     steps_out: Path | None = None
     """A JSONL step log (`bench.steplog`) of every Feather-engine run (vLLM's own scheduler
     runs without a policy, so its runs log nothing)."""

@@ -15,8 +15,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from feather_lab.bench.context import fit_context
 from feather_lab.bench.report import add_relative
+from feather_lab.harness.eos_walk import off_rule, terminal_ids
 from feather_lab.harness.vllm_engine import (
     engine_env_defaults,
     make_llm,
@@ -27,7 +30,13 @@ from feather_lab.harness.vllm_engine import (
     warm_up,
 )
 from feather_lab.harness.vllm_run import run_once
-from feather_lab.harness.vllm_spec import BASELINE, KvScenario, VllmBenchSpec, engine_workload
+from feather_lab.harness.vllm_spec import (
+    BASELINE,
+    EOS_TERMINALS,
+    KvScenario,
+    VllmBenchSpec,
+    engine_workload,
+)
 from feather_sched.policies.base import policy_counters
 from feather_sched.request import Request
 from feather_sched.vllm.local import scheduler_of
@@ -122,8 +131,12 @@ def run_repetition(
     record_shapes: bool = False,
     steps_file: Any = None,
 ) -> Iterator[tuple[tuple[str, str], dict[str, Any]]]:
-    """One run of every (workload, policy), the baseline first; ((workload, policy), row)."""
+    """One run of every (workload, policy), the baseline first; ((workload, policy), row).
+    Ending at EOS, each row counts the requests whose greedy output differs from the
+    baseline's in this repetition (`outputs_differing`: scheduling must not change them)."""
+    rule = _eos_rule(spec)
     for wname, requests in workloads.items():
+        baseline_tokens: dict[str, Any] = {}
         for pname in (BASELINE, *spec.policies):
             engine = engines[BASELINE if pname == BASELINE else "feather"]
             state = spec.policy_state if pname == "feather" else None
@@ -144,7 +157,15 @@ def run_repetition(
             # The host's counters run over the engine's life: a row takes their increase.
             forced = feather.stats.forced if feather else 0
             errors = feather.stats.policy_errors if feather else 0
-            row = run_once(engine, requests, label, record_shapes)
+            row = run_once(engine, requests, label, record_shapes, spec.ignore_eos)
+            if "output_token_ids" in row:
+                tokens = row.pop("output_token_ids")
+                baseline_tokens = tokens if pname == BASELINE else baseline_tokens
+                row["outputs_differing"] = sum(
+                    baseline_tokens.get(rid) != out for rid, out in tokens.items()
+                )
+                if rule is not None:
+                    row["output_len_off_rule"] = off_rule(requests, tokens, *rule)
             if feather is not None:
                 row.update(policy_counters(feather.policy))
                 row["policy_errors"] = feather.stats.policy_errors - errors
@@ -153,6 +174,17 @@ def run_repetition(
             if state is not None and feather is not None:
                 feather.policy.save(state)
             yield (wname, pname), row
+
+
+def _eos_rule(spec: VllmBenchSpec) -> tuple[int, np.ndarray] | None:
+    """(vocab, terminal ids) of the built-in model's EOS variant the runs use; None under
+    ignore_eos or for a model directory (its own EOS)."""
+    from feather_lab.harness.tiny_llama import ENGINE_MODELS
+
+    model = ENGINE_MODELS.get(spec.model or "tiny-llama")
+    if spec.ignore_eos or model is None:
+        return None
+    return model.vocab_size, terminal_ids(model.vocab_size, EOS_TERMINALS, model.seed)
 
 
 def median_rows(
@@ -175,10 +207,14 @@ def median_rows(
 def _median_row(workload: str, policy: str, results: list[dict[str, Any]]) -> dict[str, Any]:
     speeds = [r["output_tok_s"] for r in results]
     mid = results[speeds.index(statistics.median_low(speeds))]
-    return {
+    row = {
         "workload": workload,
         "policy": policy,
         **mid,
         "repeats": len(results),
         "output_tok_s_runs": speeds,
     }
+    for key in ("outputs_differing", "output_len_off_rule"):
+        if key in mid:  # any run's, not only the median's
+            row[key] = max(r[key] for r in results)
+    return row
