@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import guard, write_record
 from feather_lab.harness.eos_walk import RULE
 from feather_lab.harness.vllm_spec import EOS_TERMINALS, VllmBenchSpec
 from feather_lab.harness.vllm_table import PRIOR_POLICIES, TABLE_POLICIES, TableSpec, run_table
@@ -160,4 +160,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    guard()
     sys.exit(main())
