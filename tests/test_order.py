@@ -307,18 +307,42 @@ def test_shared_prefix_on_the_measured_profile_is_no_longer_a_loss() -> None:
     assert feather >= 0.995 * fcfs
 
 
-def test_a_minority_group_is_asked_in_grouped_order_only() -> None:
-    """A group one member of which runs beside a batch of another (let in by a bound, not by
-    a decision to mix) is asked ADD or STOP in grouped order, and only confident STOPs hold it
-    back; in the engine's order it joins unasked, as a STOP there holds up the queue."""
+def _minority_beside_a_batch() -> tuple[BudgetView, FeatherPolicy]:
+    """Two groups of 40 over 8,000-token prefixes: 20 of the first running, and one member of
+    the second beside them (a minority group); a Feather on the free-L2 profile."""
     view = BudgetView()
     _groups(view, 2, 40, 8000, output=50)
     for m in range(20):
         view.admit(f"g0m{m}")
     view.admit("g1m0")
-    policy = FeatherPolicy(cost=FREE_L2)
+    return view, FeatherPolicy(cost=FREE_L2)
+
+
+def test_a_minority_group_is_asked_in_grouped_order_only() -> None:
+    """A group one member of which runs beside a batch of another (let in by a bound, not by
+    a decision to mix) is asked ADD or STOP in grouped order, and only confident STOPs hold it
+    back; in the engine's order it joins unasked, as a STOP there holds up the queue."""
+    view, policy = _minority_beside_a_batch()
     state = decision_state(view.index, "g1m1")
     assert state.new_chunks == 0 and not state.joins_majority
     assert policy.asks(state, grouped=True)
     assert not policy.asks(state, grouped=False)
     assert not policy._explores(view, state)
+
+
+def test_a_minority_groups_verdict_holds_for_the_rest_of_its_step() -> None:
+    """Members of a minority group asked in one step get the first one's verdict without a
+    new table choice (each would learn nothing the first did not), and are counted as
+    decisions; the next step asks the table again."""
+    view, policy = _minority_beside_a_batch()
+    policy.begin_step(view)
+    first, second = (decision_state(view.index, f"g1m{m}") for m in (1, 2))
+    assert first.group_bins() == second.group_bins() and not second.joins_majority
+    table_choices = policy.learner.total_decisions
+    verdicts = [policy._verdict(view, s, rid) for s, rid in ((first, "g1m1"), (second, "g1m2"))]
+    assert verdicts[0] == verdicts[1]
+    assert policy.learner.total_decisions == table_choices + 1
+    assert policy.decisions == 2
+    policy.begin_step(view)
+    policy._verdict(view, second, "g1m2")
+    assert policy.learner.total_decisions == table_choices + 2

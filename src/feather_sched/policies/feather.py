@@ -121,6 +121,8 @@ class FeatherPolicy(Policy):
         self.delay.reset()
         self._gating = False
         self._step_now: float | None = None
+        self._minority: dict[tuple[int, ...], tuple[int, float]] = {}
+        """This step's verdicts on minority groups, by (prefix depth, decision bins)."""
         self.decisions = 0
         self.stop_lead = 0.0  # the last decision's `bandit.Choice.lead`
         self.stops = 0
@@ -150,6 +152,7 @@ class FeatherPolicy(Policy):
         self.outputs.update(view)
         self._engine_order = not self.judge.grouping_pays(view)
         self._step_now = view.now  # the admissions' time: one clock read a step, not each
+        self._minority.clear()
         released = self.hold.begin_step()  # the gate stands aside this step
         self._gating = self.gate is not None and not released and not self.follows_queue_order(view)
         if self.gate is not None:
@@ -183,15 +186,33 @@ class FeatherPolicy(Policy):
             if (
                 self.asks(state, grouped=not self._engine_order)
                 and self._may_stop(view)
-                and self.decide(
-                    state, self.prior(view, state, request_id), self._explores(view, state)
-                )
-                == STOP
+                and self._verdict(view, state, request_id) == STOP
             ):
                 self.delay.stopped(view.now, self.stop_lead)
                 return False
         self.guard.admitted(view, request_id, forced, self._step_now)
         return True
+
+    def _verdict(self, view: SchedulerView, state: DecisionState, request_id: str) -> int:
+        """ADD or STOP for a candidate the policy asks. A minority group's verdict holds
+        for the rest of the step (`_minority`): its members come one after another in
+        grouped order with the same decision state, and asking the table again for each
+        costs the engine's scheduling pass an ask a member (a table choice, a learning
+        window credited the same reward as its neighbours') to learn nothing new."""
+        if state.new_chunks > 0:
+            return self.decide(
+                state, self.prior(view, state, request_id), self._explores(view, state)
+            )
+        key = (state.depth, *state.group_bins())
+        known = self._minority.get(key)
+        if known is None:
+            action = self.decide(state, self.prior(view, state, request_id), False)
+            self._minority[key] = (action, self.stop_lead)
+            return action
+        action, self.stop_lead = known
+        self.decisions += 1
+        self.stops += action == STOP
+        return action
 
     def _explores(self, view: SchedulerView, state: DecisionState) -> bool:
         """Whether the bandit may spend its budget on an exploratory STOP: only to open a new
