@@ -131,3 +131,25 @@ def test_quick_sends_a_record_to_scratch_and_keeps_an_input_of_the_same_name() -
     assert words[1:] == ["benchmarks/sim/sim_check.py", "/s/o", "--against", rec]
     found = pieces(ROOT)
     assert len(found) >= 20 and all(p.command.split()[0] in ("feather", "python") for p in found)
+
+
+def test_refresh_replaces_only_a_record_re_made_identical(tmp_path: Path) -> None:
+    from feather_lab.results.quick import Piece, run_piece
+
+    (tmp_path / "src").mkdir()
+    maker = tmp_path / "make.py"
+    maker.write_text(
+        "import json, sys\n"
+        "rows = [{'x': int(sys.argv[2])}]\n"
+        "json.dump({'provenance': {'command': sys.argv}, 'rows': rows}, open(sys.argv[1], 'w'))\n"
+    )
+    record = tmp_path / "r.json"
+    record.write_text(json.dumps({"provenance": {"command": "old"}, "rows": [{"x": 1}]}))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    differs = run_piece(Piece("r.json", "python make.py OUT 2"), tmp_path, scratch, write=True)
+    assert differs["verdict"] == "differs"
+    assert json.loads(record.read_text())["provenance"]["command"] == "old"
+    same = run_piece(Piece("r.json", "python make.py OUT 1"), tmp_path, scratch, write=True)
+    assert same["verdict"] == "identical"
+    assert json.loads(record.read_text())["provenance"]["command"] == "python make.py OUT 1"

@@ -65,6 +65,10 @@ def results_cmd(
     engines: Annotated[
         bool, typer.Option("--engines", help="Re-make the real-engine records (hours).")
     ] = False,
+    refresh: Annotated[
+        bool,
+        typer.Option("--refresh", help="--quick: replace each record re-made identical."),
+    ] = False,
     only: Annotated[
         str | None, typer.Option("--only", help="--engines: run this piece only.")
     ] = None,
@@ -89,6 +93,8 @@ def results_cmd(
     real-engine records (--engines)."""
     if check + quick + engines != 1:
         fail(ValueError("give exactly one of --check, --quick or --engines"))
+    if refresh and not quick:
+        fail(ValueError("--refresh goes with --quick"))
     if (only is not None or list_only) and not engines:
         fail(ValueError("--only and --list go with --engines"))
     if not (root / "benchmarks").is_dir():
@@ -101,7 +107,7 @@ def results_cmd(
     if quick:
         from feather_lab.results.quick import run_quick
 
-        raise typer.Exit(1 if run_quick(root.resolve()) else 0)
+        raise typer.Exit(1 if run_quick(root.resolve(), write=refresh) else 0)
     from feather_lab.results.check import CheckSpec, run_check
 
     spec = CheckSpec(root.resolve(), tuple(d.resolve() for d in docs or ()), allow_stale)

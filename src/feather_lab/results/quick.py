@@ -82,7 +82,16 @@ def compare(recorded: dict, remade: dict) -> str | None:
     return "no rows, runs or cells to compare"
 
 
-def run_piece(piece: Piece, root: Path, scratch: Path) -> dict:
+def refresh(record: Path, remade: dict, command: str) -> None:
+    """Replace an identical record by its re-made copy: today's commit and date, and the
+    registered command (the copy was written to a scratch path, nothing else differs)."""
+    provenance = remade.get("provenance")
+    if isinstance(provenance, dict):
+        provenance["command"] = command
+    record.write_text(json.dumps(remade, indent=2) + "\n")
+
+
+def run_piece(piece: Piece, root: Path, scratch: Path, write: bool = False) -> dict:
     out = scratch / Path(piece.record).name
     started = time.monotonic()
     env = {"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"}
@@ -98,18 +107,24 @@ def run_piece(piece: Piece, root: Path, scratch: Path) -> dict:
     }
     if done.returncode != 0 or not out.is_file():
         return {**result, "verdict": "failed", "detail": done.stderr.strip()[-400:]}
-    diff = compare(json.loads((root / piece.record).read_text()), json.loads(out.read_text()))
+    remade = json.loads(out.read_text())
+    diff = compare(json.loads((root / piece.record).read_text()), remade)
+    if write and diff is None:
+        refresh(root / piece.record, remade, piece.command)
     return {**result, "verdict": "identical" if diff is None else "differs", "detail": diff}
 
 
-def run_quick(root: Path, summary: Path = Path("results-quick.json")) -> bool:
-    """Re-make every piece, printing progress with an ETA; True when any differs or fails."""
+def run_quick(
+    root: Path, summary: Path = Path("results-quick.json"), write: bool = False
+) -> bool:
+    """Re-make every piece, printing progress with an ETA; True when any differs or fails.
+    With `write`, each record re-made identical is replaced by its copy (fresh provenance)."""
     todo = pieces(root)
     results: list[dict] = []
     began = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         for i, piece in enumerate(todo):
-            result = run_piece(piece, root, Path(tmp))
+            result = run_piece(piece, root, Path(tmp), write)
             results.append(result)
             summary.write_text(json.dumps(results, indent=2) + "\n")
             spent = time.monotonic() - began
