@@ -186,3 +186,19 @@ def test_sessions_of_unequal_context_open_where_the_least_prefix_is_resident():
     ray, feather = run_cluster_bench(spec)
     assert feather["output_tok_s"] >= 0.97 * ray["output_tok_s"]
     assert feather["ttft_p99_s"] <= 1.5 * ray["ttft_p99_s"]
+
+
+def test_a_burst_of_few_groups_splits_by_drain_without_a_later_first_token():
+    """long-prefix on the measured H200, 4 replicas: 5 groups of 200 arrive at once, so the
+    holders have no measured rate. Kept whole, one replica runs two groups (400 requests
+    against 200) and sets the makespan, as under Ray's prefix router; split where the drain
+    forecast finishes a request sooner and its first token comes no later, it runs ahead."""
+    spec = ClusterBenchSpec(
+        base=BenchSpec(workloads=("long-prefix",), seed=0, hardware="h200"),
+        replicas=4,
+        routers=("prefix-affinity/fcfs", "feather/feather"),
+    )
+    ray, feather = run_cluster_bench(spec)
+    assert feather["output_tok_s"] >= 1.2 * ray["output_tok_s"]
+    assert feather["ttft_p99_s"] <= 1.5 * ray["ttft_p99_s"]
+    assert feather["load_imbalance"] <= 1.3
