@@ -173,16 +173,33 @@ def test_rows_that_lost_to_a_ray_router_on_other_seeds(workload, replicas, seed,
     assert feather["output_tok_s"] >= 0.97 * ray["output_tok_s"], why
 
 
+def _h200_against_prefix_affinity(workload: str, seed: int) -> tuple[dict, dict]:
+    """Ray's prefix router's row and Feather's, 4 replicas on the measured H200 profile."""
+    spec = ClusterBenchSpec(
+        base=BenchSpec(workloads=(workload,), seed=seed, hardware="h200"),
+        replicas=4,
+        routers=("prefix-affinity/fcfs", "feather/feather"),
+    )
+    ray, feather = run_cluster_bench(spec)
+    return ray, feather
+
+
 def test_sessions_of_unequal_context_open_where_the_least_prefix_is_resident():
     """long-context on the measured H200, seed 2, 4 replicas: sessions of 10k-60k tokens.
     Opened on the replicas with the fewest groups (within one), a replica got the long
     sessions and set the makespan (0.85x Ray's prefix router, which opens on the fewest
     characters); opened on the least resident prefix KV it ties."""
-    spec = ClusterBenchSpec(
-        base=BenchSpec(workloads=("long-context",), seed=2, hardware="h200"),
-        replicas=4,
-        routers=("prefix-affinity/fcfs", "feather/feather"),
-    )
-    ray, feather = run_cluster_bench(spec)
+    ray, feather = _h200_against_prefix_affinity("long-context", seed=2)
     assert feather["output_tok_s"] >= 0.97 * ray["output_tok_s"]
     assert feather["ttft_p99_s"] <= 1.5 * ray["ttft_p99_s"]
+
+
+def test_a_burst_of_few_groups_splits_by_drain_without_a_later_first_token():
+    """long-prefix on the measured H200, 4 replicas: 5 groups of 200 arrive at once, so the
+    holders have no measured rate. Kept whole, one replica runs two groups (400 requests
+    against 200) and sets the makespan, as under Ray's prefix router; split where the drain
+    forecast finishes a request sooner and its first token comes no later, it runs ahead."""
+    ray, feather = _h200_against_prefix_affinity("long-prefix", seed=0)
+    assert feather["output_tok_s"] >= 1.2 * ray["output_tok_s"]
+    assert feather["ttft_p99_s"] <= 1.5 * ray["ttft_p99_s"]
+    assert feather["load_imbalance"] <= 1.3

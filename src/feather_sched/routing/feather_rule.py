@@ -38,8 +38,13 @@ class FeatherRule(RoutingRule):
     (`DrainModel.keeps_up`, by Little's law on the step model), so a group is split for
     capacity, not for a count; else a busy replica becomes a second home only if it would
     keep up with half the group's arrivals on top of its own, and the request goes to the
-    cheaper of it and the holder. Without measured rates (a burst, or too few arrivals over
-    `rate_window` routings) a group stays whole.
+    cheaper of it and the holder. Without measured rates at the holder (a burst, or too few
+    arrivals over `rate_window` routings) the drain forecast decides: the request goes to
+    that busy replica if it finishes sooner there, its prefix prefill included, and its
+    first token comes no later there than on the holder (`PlacementPricer.sooner_elsewhere`).
+    So a few groups arriving at once are split by their drains instead of one replica
+    serving two whole groups, but never by stacking a second prefix's prefill in front of a
+    request that would not wait for one at its holder.
 
     Learned online: the group structure and the mean output length of finished requests
     (before any, a request's `max_tokens`, else `default_output_tokens`); the step model is a
@@ -139,6 +144,9 @@ class FeatherRule(RoutingRule):
         target = pricer.cheapest(request, [r for r in eligible if self.groups(r) == fewest], now)
         if pricer.takes_over(request, holder, target, now):
             return pricer.cheapest(request, [holder, target], now)
+        burst = self.ledger.rate(holder, now) is None  # no rate: the drain forecast decides
+        if burst and pricer.sooner_elsewhere(request, holder, target, now):
+            return target  # a second home for the group: the holder's queue is the longer wait
         return holder  # a busy replica would not serve the group better
 
     def _cap_load(self, load: Mapping[str, int]) -> int:

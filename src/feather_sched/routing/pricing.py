@@ -94,6 +94,30 @@ class PlacementPricer:
         booking = self.booking(request, replica, now, running)
         return self.drain.drain_s(self.ledger.forecasts[replica], booking)
 
+    def first_token_s(
+        self, request: RoutingRequest, replica: str, now: float, running: int
+    ) -> float:
+        """When `request`'s first token would come on `replica`: the prefill it queues behind
+        there (every outstanding request's uncached prompt) plus its own."""
+        booking = self.booking(request, replica, now, running)
+        f = self.ledger.forecasts[replica]
+        return (f.uncached + booking.uncached) * self.drain.prefill_s_per_token
+
+    def sooner_elsewhere(
+        self, request: RoutingRequest, holder: str, target: str, now: float
+    ) -> bool:
+        """Whether `target` (not holding the request's prefix) both finishes `request` sooner
+        than `holder` by the drain forecast and gives its first token no later: a second
+        home that shortens the group's drain without a longer wait for anyone it takes."""
+        running = self.running_depth(request, now)
+        if self.finish_s(request, target, now, running) >= self.finish_s(
+            request, holder, now, running
+        ):
+            return False
+        return self.first_token_s(request, target, now, running) <= self.first_token_s(
+            request, holder, now, running
+        )
+
     def _prefill(self, booking: Booking) -> float:
         """A booking's uncached tokens, less the half chunk a chunk-granular match misses on
         average."""
