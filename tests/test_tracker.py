@@ -170,23 +170,9 @@ def test_bad_sizes_rejected() -> None:
 
 
 @pytest.mark.parametrize("name", list(ENGINE_MODELS))
-def test_engine_model_spec_matches_its_model_profile(name: str) -> None:
-    m = load_model(name)
-    spec = ENGINE_MODELS[name]
-    assert (m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim) == (
-        spec.num_layers,
-        spec.hidden_size,
-        spec.num_heads,
-        spec.num_kv_heads,
-        spec.head_dim,
-    )
-    assert (m.intermediate_size, m.vocab_size, m.dtype_bytes) == (
-        spec.intermediate_size,
-        spec.vocab_size,
-        4,
-    )
-    assert spec.dtype == "float32"
-    assert m.max_context_tokens == spec.max_position_embeddings
+def test_engine_model_is_built_with_its_profiles_head_dim(name: str) -> None:
+    """The built Llama derives head_dim = hidden / heads; the cost model reads the profile's."""
+    assert ENGINE_MODELS[name].head_dim == load_model(name).head_dim
 
 
 @settings(max_examples=80, deadline=None)

@@ -2,7 +2,7 @@
 
 No download: seeded `LlamaForCausalLM(config)` weights and a word-level tokenizer, so `vllm
 serve DIR` works too. Each shape is the model profile of the same name in
-`cost/profiles/models.json` (a test keeps them in sync): `tiny-llama`, dominated by per-step
+`cost/profiles/models.json`, read from it: `tiny-llama`, dominated by per-step
 overhead; `kv-bound`, 4 KiB of KV per token per layer, so a few distinct 2,000-token prefixes
 overflow a CPU's last-level cache and decode steps are dominated by KV reads. Needs torch,
 transformers and tokenizers (the `vllm` extra).
@@ -14,11 +14,16 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from feather_sched.cost.profiles import load_model
+
 __all__ = ["ENGINE_MODELS", "KV_BOUND", "TINY_LLAMA", "TinyLlamaSpec", "build_tiny_llama"]
 
 
 @dataclass(frozen=True)
 class TinyLlamaSpec:
+    """A Llama shape to write with random weights; `of_profile` reads the built-in model
+    profile of the same name, so the cost model and the engine model cannot drift apart."""
+
     num_layers: int = 2
     hidden_size: int = 128
     num_heads: int = 4
@@ -32,19 +37,28 @@ class TinyLlamaSpec:
     """0: plain random weights (greedy outputs rarely or never reach EOS). N > 0: the weights
     written so greedy decoding ends at EOS at seeded points (`eos_walk`)."""
 
+    @classmethod
+    def of_profile(cls, name: str) -> TinyLlamaSpec:
+        p = load_model(name)
+        return cls(
+            p.num_layers,
+            p.hidden_size,
+            p.num_heads,
+            p.num_kv_heads,
+            p.intermediate_size,
+            p.vocab_size,
+            p.max_context_tokens,
+            _DTYPES[p.dtype_bytes],
+        )
+
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
 
 
-TINY_LLAMA = TinyLlamaSpec()
-KV_BOUND = TinyLlamaSpec(
-    hidden_size=512,
-    num_heads=8,
-    num_kv_heads=8,
-    intermediate_size=512,
-    max_position_embeddings=8192,
-)
+_DTYPES = {4: "float32", 2: "bfloat16"}
+TINY_LLAMA = TinyLlamaSpec.of_profile("tiny-llama")
+KV_BOUND = TinyLlamaSpec.of_profile("kv-bound")
 ENGINE_MODELS: dict[str, TinyLlamaSpec] = {"tiny-llama": TINY_LLAMA, "kv-bound": KV_BOUND}
 """Built-in engine models by name (`feather bench/calibrate --engine vllm --model NAME`)."""
 _STAMP = "feather-tiny-llama.json"
