@@ -479,7 +479,7 @@ def test_command_speaks_vllm_bench_serve_options(tmp_path: Path) -> None:
                     "median_e2el_ms", "p50_ttft_ms", "p99_e2el_ms", "std_ttft_ms"):  # fmt: skip
             assert key in row, key
         assert "mean_tpot_ms" not in row
-        for bad, named in (("--dataset-name", "sharegpt"), ("--percentile-metrics", "ttfx")):
+        for bad, named in (("--dataset-name", "sharegtp"), ("--percentile-metrics", "ttfx")):
             code, _, err = _replay(server.url, *args, bad, named, "--json", str(out))
             assert code == 2 and repr(named) in err
         code, _, err = _replay(server.url, "--dataset-name", "random", "--json", str(out))

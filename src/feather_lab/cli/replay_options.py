@@ -13,8 +13,9 @@ VLLM = "vllm bench serve's options"
 DatasetName = Annotated[
     str | None,
     typer.Option(
-        help="A vLLM-generated dataset beside (or instead of) -w: random or prefix_repetition, "
-        "as `vllm bench serve --dataset-name` makes them, sent as token ids.",
+        help="A vLLM dataset beside (or instead of) -w: random or prefix_repetition (made as "
+        "`vllm bench serve --dataset-name` makes them, sent as token ids), or sharegpt "
+        "(--dataset-path, sent as text).",
         rich_help_panel=VLLM,
     ),
 ]
@@ -47,6 +48,29 @@ PercentileMetrics = Annotated[
     typer.Option(
         help="Metrics whose percentiles the record's vLLM-named fields carry (ttft, tpot, "
         "itl, e2el; default ttft,tpot,itl).",
+        rich_help_panel=VLLM,
+    ),
+]
+DatasetPath = Annotated[
+    str | None,
+    typer.Option(
+        help="sharegpt: the JSON file (a list of {conversations: [{from, value}, ...]}).",
+        rich_help_panel=VLLM,
+    ),
+]
+Tokenizer = Annotated[
+    str | None,
+    typer.Option(
+        help="The model's tokenizer (hub name or directory, needs transformers): counts "
+        "sharegpt's text prompts and gives the vocabulary of the generated datasets.",
+        rich_help_panel=VLLM,
+    ),
+]
+SharegptOutputLen = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="sharegpt: output tokens of every request (default: its completion's).",
         rich_help_panel=VLLM,
     ),
 ]
@@ -95,6 +119,8 @@ def dataset_spec(opts: dict[str, Any]) -> Any:
         suffix_len=opts["prefix_repetition_suffix_len"],
         num_prefixes=opts["prefix_repetition_num_prefixes"],
         prefix_output_len=opts["prefix_repetition_output_len"],
+        dataset_path=opts["dataset_path"],
+        sharegpt_output_len=opts["sharegpt_output_len"],
     )
 
 

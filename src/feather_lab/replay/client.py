@@ -105,10 +105,12 @@ def preflight(url: str, timeout_s: float = 10.0) -> Endpoint:
 
 
 def request_body(endpoint: Endpoint, req: Request, stream_interval: int = 1) -> dict:
-    """A streamed completion of exactly `req.output_len` tokens from its token ids."""
+    """A streamed completion of exactly `req.output_len` tokens from its token ids, or from
+    its text where the workload came as text (`meta["text"]`: the server tokenizes it)."""
+    text = req.meta.get("text")
     body = {
         "model": endpoint.model,
-        "prompt": req.prompt.tolist(),
+        "prompt": req.prompt.tolist() if text is None else text,
         "max_tokens": req.output_len,
         "ignore_eos": True,
         "temperature": 0.0,
