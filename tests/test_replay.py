@@ -503,3 +503,25 @@ def test_command_aa_marks_noise(tmp_path: Path) -> None:
     assert "output tok/s spread over runs" in stdout and "noise" in stdout
     assert "within noise" in stdout or "outside noise" in stdout
     assert code2 == 2 and "one URL" in err2
+
+
+def test_stream_is_read_as_vllms_client_reads_it() -> None:
+    """Every chunk with a choice is a token event, an empty text (a special token's) too, the
+    first the TTFT; the usage event is none, and its counts are the server's; the duration
+    runs from the run's start, before the first send."""
+    from feather_lab.replay.client import take_completion
+    from feather_lab.replay.vllm_fields import vllm_fields
+
+    times = iter([0.4, 0.5, 0.6])
+    out = Outcome("r", prompt_tokens=3, want_tokens=2, scheduled_s=0.0, sent_s=0.1)
+    for event in (
+        {"choices": [{"index": 0, "text": ""}]},
+        {"choices": [{"index": 0, "text": " t9"}]},
+        {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2}},
+    ):
+        take_completion(event, out, lambda: next(times))
+    out.done_s = 0.7
+    assert out.chunk_s == [0.4, 0.5] and (out.tokens, out.prompt_tokens) == (2, 4)
+    fields = vllm_fields([out], ("ttft",), (50.0,))
+    assert fields["mean_ttft_ms"] == pytest.approx(300.0)
+    assert fields["duration"] == pytest.approx(0.7) and fields["total_input_tokens"] == 4

@@ -3,7 +3,8 @@ workload on its arrival schedule, every request streamed and timed.
 
 Prompts go as token ids (`prompt: [ids]`, which vLLM's and SGLang's `/v1/completions` take),
 so the prefixes the server sees share exactly what the workload shares; each asks for its
-fixed output length (`max_tokens` with `ignore_eos`). A request is sent at its arrival time
+fixed output length (`max_tokens` with `ignore_eos`), with no sampling settings of its own
+(the server's defaults, as for `vllm bench serve`). A request is sent at its arrival time
 whatever the server is doing (one task per request; `max_concurrency` caps how many are in
 flight, as bench_serving's `--max-concurrency`), so a slow server builds a queue instead of
 slowing the client down. Every failure is data: an HTTP error, a stream that drops or stalls
@@ -68,7 +69,7 @@ class Outcome:
     scheduled_s: float
     sent_s: float | None = None
     chunk_s: list[float] = field(default_factory=list)
-    """When each streamed chunk carrying text arrived."""
+    """When each streamed chunk carrying tokens arrived."""
     done_s: float | None = None
     """When the stream ended with every requested token (None: failed or unfinished)."""
     tokens: int = 0
@@ -113,7 +114,6 @@ def request_body(endpoint: Endpoint, req: Request, stream_interval: int = 1) -> 
         "prompt": req.prompt.tolist() if text is None else text,
         "max_tokens": req.output_len,
         "ignore_eos": True,
-        "temperature": 0.0,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -127,12 +127,16 @@ Take = Callable[[dict, Outcome, Callable[[], float]], None]
 
 
 def take_completion(event: dict, out: Outcome, clock: Callable[[], float]) -> None:
-    """An OpenAI completion chunk: a chunk time when it carries text; the usage's count."""
-    choices = event.get("choices") or []
-    if choices and choices[0].get("text"):
+    """An OpenAI completion chunk, read as vLLM's client reads it
+    (`async_request_openai_completions`): every chunk with a choice is a token event, its
+    text empty or not (a special token's is), the first one the TTFT; the usage gives the
+    token counts, the prompt's as the server counted it."""
+    if event.get("choices"):
         out.chunk_s.append(clock())
-    if event.get("usage"):
-        out.tokens = int(event["usage"].get("completion_tokens", 0))
+    usage = event.get("usage")
+    if usage:
+        out.tokens = int(usage.get("completion_tokens", 0))
+        out.prompt_tokens = int(usage.get("prompt_tokens") or out.prompt_tokens)
 
 
 async def read_stream(
