@@ -10,25 +10,17 @@ report says Feather did.
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
+
+from test_sglang_scheduler import _require_sglang as require_sglang
 
 pytestmark = pytest.mark.sglang
 
 
 def _require_sglang() -> None:
-    from feather_sched.sglang.cpu import prepare_cpu_import
-
-    prepare_cpu_import()
-    if os.environ.get("FEATHER_REQUIRE_SGLANG") == "1":
-        import sglang.srt.managers.scheduler  # noqa: F401
-    else:
-        pytest.importorskip(
-            "sglang.srt.managers.scheduler",
-            reason="SGLang is not installed (see the 'sglang' extra in pyproject.toml)",
-        )
+    require_sglang()
     pytest.importorskip("prometheus_client", reason="SGLang's metrics need prometheus_client")
 
 

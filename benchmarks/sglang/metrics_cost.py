@@ -6,17 +6,19 @@ multiprocess mode, as SGLang runs it: the value goes to a memory-mapped file) an
 whether the counters are due; about once a second it adds the counters' deltas (`publish`).
 This times exactly `_publish` on a real `SGLangQueue` and `PrometheusSeries`, in CPU time
 (`time.process_time`), as medians of interleaved repeats, and states the amortised cost per
-step at a given step rate. Needs prometheus_client (SGLang's dependency), not SGLang.
+step at a given step rate (printed and recorded as benchmarks/vllm/metrics_cost.py does).
+Needs prometheus_client (SGLang's dependency), not SGLang.
 Usage: python benchmarks/sglang/metrics_cost.py [--repeats 7] [--steps-per-s 100] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
-import statistics
 import tempfile
 import time
+from pathlib import Path
 
 CALLS = 100_000
 
@@ -67,29 +69,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tmp  # before prometheus_client is imported
         step, write = measure(args.repeats)
-    step_ns, write_us = statistics.median(step), statistics.median(write)
-    amortised = step_ns + write_us * 1e3 / max(1.0, args.steps_per_s)
-    print(
-        f"per step (observe + due): median {step_ns:.0f} ns CPU (min {min(step):.0f}, "
-        f"max {max(step):.0f}) over {args.repeats} repeats of {CALLS} steps"
+    vllm_script = Path(__file__).resolve().parents[1] / "vllm" / "metrics_cost.py"
+    spec = importlib.util.spec_from_file_location("vllm_metrics_cost", vllm_script)
+    shared = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shared)  # the same report and record as vLLM's measurement
+    command = "python benchmarks/sglang/metrics_cost.py" + (
+        f" --json {args.json}" if args.json else ""
     )
-    spread = f"min {min(write):.1f}, max {max(write):.1f}"
-    print(f"counter update: median {write_us:.1f} us CPU ({spread})")
-    print(f"amortised at {args.steps_per_s:g} steps/s: {amortised:.0f} ns CPU per step")
-    if args.json:
-        from feather_lab.bench.machine import write_record
-
-        write_record(
-            args.json,
-            command="python benchmarks/sglang/metrics_cost.py --json " + args.json,
-            repeats=args.repeats,
-            per_step_ns=step,
-            counter_update_us=write,
-            per_step_ns_median=step_ns,
-            counter_update_us_median=write_us,
-            steps_per_s=args.steps_per_s,
-            amortised_ns_per_step=amortised,
-        )
+    shared.report(step, write, args, "counter update", command)
 
 
 if __name__ == "__main__":

@@ -51,21 +51,17 @@ PercentileMetrics = Annotated[
         rich_help_panel=VLLM,
     ),
 ]
-DatasetPath = Annotated[
-    str | None,
-    typer.Option(
-        help="sharegpt: the JSON file (a list of {conversations: [{from, value}, ...]}).",
-        rich_help_panel=VLLM,
-    ),
-]
-Tokenizer = Annotated[
-    str | None,
-    typer.Option(
-        help="The model's tokenizer (hub name or directory, needs transformers): counts "
-        "sharegpt's text prompts and gives the vocabulary of the generated datasets.",
-        rich_help_panel=VLLM,
-    ),
-]
+
+
+def _text(help_text: str) -> Any:
+    return Annotated[str | None, typer.Option(help=help_text, rich_help_panel=VLLM)]
+
+
+DatasetPath = _text("sharegpt: the JSON file (a list of {conversations: [{from, value}, ...]}).")
+Tokenizer = _text(
+    "The model's tokenizer (hub name or directory, needs transformers): counts sharegpt's "
+    "text prompts and gives the vocabulary of the generated datasets."
+)
 SharegptOutputLen = Annotated[
     int | None,
     typer.Option(

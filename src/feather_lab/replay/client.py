@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
 from feather_lab.replay import native as native_api
+from feather_lab.replay.transport import post_aiohttp, stream_session
 from feather_sched.request import Request
 
 
@@ -140,13 +142,13 @@ def take_completion(event: dict, out: Outcome, clock: Callable[[], float]) -> No
 
 
 async def read_stream(
-    resp: httpx.Response, out: Outcome, clock: Callable[[], float], take: Take
+    lines: AsyncIterator[str], out: Outcome, clock: Callable[[], float], take: Take
 ) -> None:
     """The server-sent events of one request, each read by `take`, to the `[DONE]` marker;
     an error event fails it, as do a stream cut short and a wrong token count (the
     server's own count, else the chunks')."""
     finished = False
-    async for line in resp.aiter_lines():
+    async for line in lines:
         if not line.startswith("data:"):
             continue
         data = line[5:].strip()
@@ -168,14 +170,15 @@ async def read_stream(
 
 
 async def send_one(
-    client: httpx.AsyncClient,
+    client: httpx.AsyncClient | Any,
     endpoint: Endpoint,
     req: Request,
     out: Outcome,
     clock: Callable[[], float],
     options: ClientOptions,
 ) -> None:
-    """One request, streamed; whatever goes wrong is recorded in `out`, never raised."""
+    """One request, streamed (`client`: an httpx client or an aiohttp session, transport.py);
+    whatever goes wrong is recorded in `out`, never raised."""
     out.sent_s = clock()
     if options.api == "generate":
         url = endpoint.url + native_api.PATH
@@ -185,6 +188,11 @@ async def send_one(
         url = endpoint.url + "/v1/completions"
         body = request_body(endpoint, req, options.stream_interval)
         take = take_completion
+    if not isinstance(client, httpx.AsyncClient):
+        await post_aiohttp(
+            client, url, body, out, lambda lines: read_stream(lines, out, clock, take)
+        )
+        return
     try:
         async with client.stream("POST", url, json=body) as resp:
             out.status = resp.status_code
@@ -192,7 +200,7 @@ async def send_one(
                 text = (await resp.aread()).decode(errors="replace")
                 out.error = f"HTTP {resp.status_code}: {text[:200]}"
                 return
-            await read_stream(resp, out, clock, take)
+            await read_stream(resp.aiter_lines(), out, clock, take)
     except httpx.TimeoutException:
         out.error = f"timeout: no data after {len(out.chunk_s)} chunks"
     except (httpx.HTTPError, json.JSONDecodeError) as err:
@@ -216,7 +224,11 @@ async def run_schedule(
     t_first = min((r.arrival_time for r in requests), default=0.0)
     timeout = httpx.Timeout(options.request_timeout_s)
     limits = httpx.Limits(max_connections=options.max_concurrency, max_keepalive_connections=64)
-    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+    async with (
+        httpx.AsyncClient(timeout=timeout, limits=limits) as client,
+        stream_session(options.max_concurrency, options.request_timeout_s) as session,
+    ):
+        streams = client if session is None else session
         # the clock starts once the client is built (its TLS context takes 0.1-0.5 s on a
         # loaded machine), so that time is not counted as every request's send lag
         start = time.perf_counter()
@@ -232,10 +244,10 @@ async def run_schedule(
                 await answered[parent].wait()
             try:
                 if cap is None:
-                    await send_one(client, endpoint, req, out, clock, options)
+                    await send_one(streams, endpoint, req, out, clock, options)
                 else:
                     async with cap:
-                        await send_one(client, endpoint, req, out, clock, options)
+                        await send_one(streams, endpoint, req, out, clock, options)
             finally:
                 answered[req.request_id].set()
 
