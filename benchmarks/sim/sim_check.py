@@ -37,7 +37,9 @@ def summaries() -> dict[str, dict]:
     for workload in WORKLOADS:
         requests = build_workload(workload).generate(0)
         for kv in (None, 3000):
-            engine = EngineConfig(num_kv_blocks=kv, scheduler_cpu="off", scheduler_sees_output=SEES)
+            engine = EngineConfig(
+                num_kv_blocks=kv, scheduler_cpu="off", scheduler_sees_output=SEES
+            )
             for name in POLICIES:
                 options = {"hardware": "h100", "model": MODEL} if name == "feather" else {}
                 s = simulate(requests, make_policy(name, **options), cost, engine).summary()
