@@ -52,8 +52,11 @@ def serve(port_out, events: int) -> None:
                 self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
             self.wfile.write(b"0\r\n\r\n")
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 512  # every stream connects at once
+        daemon_threads = True
+
+    httpd = Server(("127.0.0.1", 0), Handler)
     port_out.put(httpd.server_address[1])
     httpd.serve_forever()
 
