@@ -13,7 +13,6 @@ Usage: python benchmarks/sglang/metrics_cost.py [--repeats 7] [--steps-per-s 100
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import tempfile
@@ -61,18 +60,14 @@ def measure(repeats: int) -> tuple[list[float], list[float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--steps-per-s", type=float, default=100.0)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tmp  # before prometheus_client is imported
-        step, write = measure(args.repeats)
     vllm_script = Path(__file__).resolve().parents[1] / "vllm" / "metrics_cost.py"
     spec = importlib.util.spec_from_file_location("vllm_metrics_cost", vllm_script)
     shared = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(shared)  # the same report and record as vLLM's measurement
+    spec.loader.exec_module(shared)  # the same options, report and record as vLLM's
+    args = shared.parse_args(__doc__)
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tmp  # before prometheus_client is imported
+        step, write = measure(args.repeats)
     command = "python benchmarks/sglang/metrics_cost.py" + (
         f" --json {args.json}" if args.json else ""
     )

@@ -52,12 +52,17 @@ def publish_us(pub: MetricsPublisher, stats: HostStats, n: int = 2000) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def parse_args(doc: str | None) -> argparse.Namespace:
+    """The options both metrics-cost scripts take."""
+    parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps-per-s", type=float, default=100.0)
     parser.add_argument("--json", default=None)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args(__doc__)
     cht, stats = running_tree(), HostStats(decisions=1000, stops=100, policy_steps=500)
     step, write = [], []
     with tempfile.TemporaryDirectory(dir=snapshot_root()) as tmp:  # where the plugin puts it

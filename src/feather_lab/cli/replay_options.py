@@ -64,12 +64,9 @@ Tokenizer = _text(
 )
 SharegptOutputLen = Annotated[
     int | None,
-    typer.Option(
-        min=1,
-        help="sharegpt: output tokens of every request (default: its completion's).",
-        rich_help_panel=VLLM,
-    ),
-]
+    typer.Option(min=1, help="sharegpt: output tokens of each request (default: its answer's).",
+                 rich_help_panel=VLLM),
+]  # fmt: skip
 MetricPercentiles = Annotated[
     str, typer.Option(help="Percentiles of those metrics, e.g. 50,99.", rich_help_panel=VLLM)
 ]
