@@ -119,17 +119,22 @@ def replay(
     if aa:
         urls, label = _aa(urls, label)
     labels = _labels(label, len(urls))
-    from feather_lab.replay.preflight import check_model
-
-    try:
-        check_model(model)
-        _check_dataset(opts)
-    except ValueError as err:
-        fail(err)
+    _check_inputs(opts)
     endpoints = _preflight(urls)
     workloads = _workloads(opts, endpoints)
     _probe(endpoints, workloads, api)
     _run(opts, labels, endpoints, workloads)
+
+
+def _check_inputs(opts: dict[str, Any]) -> None:
+    """--model and the dataset options, before any server is asked (exit 2 naming them)."""
+    from feather_lab.replay.preflight import check_model
+
+    try:
+        check_model(opts["model"])
+        _check_dataset(opts)
+    except ValueError as err:
+        fail(err)
 
 
 def _check_dataset(opts: dict[str, Any]) -> None:
