@@ -130,3 +130,17 @@ def test_command_sends_the_conversations_as_text(tokenizer, tmp_path) -> None:
     # the server's own prompt count, as vLLM's client takes it (the fake server counts
     # characters of a text prompt)
     assert row["total_input_tokens"] == sum(len(r.meta["text"]) for r in expected)
+
+
+def test_random_prompts_go_as_text_through_the_tokenizer(tokenizer, tmp_path) -> None:
+    """With --tokenizer, a random dataset's prompts are the text of its ids, as vLLM's client
+    sends them, each the requested length through the tokenizer."""
+    path, tok = tokenizer
+    args = ["--dataset-name", "random", "--num-prompts", "6", "--random-input-len", "24"]
+    args += ["--random-output-len", "3", "--tokenizer", str(path)]
+    with FakeServer() as server:
+        code, text = _replay(server.url, *args, "--json", str(tmp_path / "r.json"))
+        seen = server.seen
+    assert code == 0, text
+    assert len(seen) == 6 and all(isinstance(s["prompt"], str) for s in seen)
+    assert all(len(tok(s["prompt"], add_special_tokens=False).input_ids) == 24 for s in seen)

@@ -45,9 +45,11 @@ def dataset_args(a: argparse.Namespace, seed: int) -> list[str]:
     return [*out, "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99"]
 
 
-def run_replay(url: str, a: argparse.Namespace, seed: int, out: Path) -> dict:
+def run_replay(url: str, model: str, a: argparse.Namespace, seed: int, out: Path) -> dict:
+    """Replay's run; its prompts as text through the model's tokenizer, as vLLM's client
+    sends them."""
     cmd = [sys.executable, "-m", "feather_lab.cli", "replay", url, *dataset_args(a, seed)]
-    cmd += ["--vocab-size", "512", "--json", str(out)]
+    cmd += ["--tokenizer", model, "--json", str(out)]
     cpu = _child_cpu(cmd)
     return {**json.loads(out.read_text())["rows"][0], "client_process_cpu_s": cpu}
 
@@ -98,7 +100,7 @@ def main() -> None:
                 for client in order:
                     out = work / f"{client.split()[0]}-{rep}.json"
                     if client == "feather replay":
-                        got = run_replay(server.url, a, seed_of(rep), out)
+                        got = run_replay(server.url, model, a, seed_of(rep), out)
                     else:
                         got = run_vllm_client(server.url, model, a, seed_of(rep), out)
                     print(client, rep, {k: got.get(k) for k in FIELDS[:7]}, flush=True)

@@ -15,7 +15,8 @@
   the same seeded stream as vLLM's (`arrivals`).
 
 For random and prefix_repetition vLLM draws ids, decodes them to text and sends the text;
-this sends the ids, so prompts have their lengths exactly. Ids avoid 0-3, the built-in
+this sends the ids, so prompts have their lengths exactly, or with `--tokenizer` the text as
+vLLM makes it (`tokenizer.ids_as_text`). Ids avoid 0-3, the built-in
 models' special tokens (`FIRST_ID`).
 """
 
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from feather_lab.replay.sharegpt import sharegpt_requests
+from feather_lab.replay.tokenizer import ids_as_text
 from feather_lab.replay.workload import FIRST_ID, ReplayWorkload
 from feather_sched.request import Request
 
@@ -120,6 +122,15 @@ def _prefix_repetition(spec: DatasetSpec, vocab: int, rng: np.random.Generator) 
     return out
 
 
+def _request(rid: str, ids: np.ndarray, out: int, tokenizer: Any, rng: Any) -> Request:
+    """The ids as they are, or with a tokenizer as text (and the ids that text encodes to),
+    as vLLM's client sends its random datasets."""
+    if tokenizer is None:
+        return Request(rid, ids.astype(np.int32), out)
+    text, encoded = ids_as_text(tokenizer, ids, rng, FIRST_ID)
+    return Request(rid, np.asarray(encoded, dtype=np.int32), out, meta={"text": text})
+
+
 def dataset_workload(spec: DatasetSpec, vocab: int | None, tokenizer: Any = None) -> ReplayWorkload:
     """The dataset as one replay workload, its requests on vLLM's arrival schedule."""
     spec.validate()
@@ -138,7 +149,7 @@ def dataset_workload(spec: DatasetSpec, vocab: int | None, tokenizer: Any = None
         rng = np.random.default_rng(spec.seed)
         pairs = (_random if spec.name == "random" else _prefix_repetition)(spec, vocab, rng)
         made = [
-            Request(f"{spec.name}-{i:06d}", prompt.astype(np.int32), out)
+            _request(f"{spec.name}-{i:06d}", prompt, out, tokenizer, rng)
             for i, (prompt, out) in enumerate(pairs)
         ]
     for req, t in zip(made, arrivals(len(made), spec.request_rate, spec.burstiness, spec.seed)):
