@@ -27,12 +27,15 @@ from feather_lab.cli import app
 from feather_lab.replay.client import ClientOptions, Endpoint, EndpointError, Outcome, preflight
 from feather_lab.replay.runner import ReplaySpec, run_ab, run_once, summarize
 from feather_lab.replay.summary import run_row
+from feather_lab.replay.transport import HTTP_CLIENT
 from feather_lab.replay.workload import ReplayWorkload
 from feather_lab.sim.result import SLO
 from feather_sched.request import Request
 from replay_server import DROP, REJECT, STALL, FakeServer
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+CUT = {"httpx": "RemoteProtocolError", "aiohttp": "ClientPayloadError"}[HTTP_CLIENT]
+"""How the streaming library names a stream cut mid-answer (replay/transport.py)."""
 
 
 def _requests(n: int, fates: dict[int, int] | None = None, gap_s: float = 0.0) -> list[Request]:
@@ -105,7 +108,7 @@ def test_rejected_dropped_and_stalled_requests_are_counted_and_the_run_goes_on()
     with FakeServer(stall_s=3.0) as server:
         row = run_once(_endpoint(server), "A", _work(reqs), spec)
     assert (row["sent"], row["finished"], row["failed"]) == (9, 6, 3)
-    assert row["failed_by"] == {"http 503": 1, "RemoteProtocolError": 1, "timeout": 1}
+    assert row["failed_by"] == {"http 503": 1, CUT: 1, "timeout": 1}
     assert row["output_tokens"] == sum(
         r.output_len for i, r in enumerate(reqs) if i not in (1, 4, 7)
     )
@@ -376,7 +379,7 @@ def test_sglang_native_generate_with_its_metrics_and_cache_flush() -> None:
     assert all(s["stream"] and s["sampling_params"]["ignore_eos"] for s in server.seen)
     assert all(s["sampling_params"]["stream_interval"] == 2 for s in server.seen)
     assert (row["sent"], row["finished"], row["failed"]) == (9, 7, 2)
-    assert row["failed_by"] == {"http 503": 1, "RemoteProtocolError": 1}
+    assert row["failed_by"] == {"http 503": 1, CUT: 1}
     assert row["output_tokens"] == sum(r.output_len for i, r in enumerate(reqs) if i not in (1, 4))
     assert row["prefix_cache_reset"] is True and server.flushes == 1
     assert row["server_prefix_cache_queries"] == sum(r.prompt_len for r in reqs)
@@ -479,7 +482,7 @@ def test_command_speaks_vllm_bench_serve_options(tmp_path: Path) -> None:
                     "median_e2el_ms", "p50_ttft_ms", "p99_e2el_ms", "std_ttft_ms"):  # fmt: skip
             assert key in row, key
         assert "mean_tpot_ms" not in row
-        for bad, named in (("--dataset-name", "sharegpt"), ("--percentile-metrics", "ttfx")):
+        for bad, named in (("--dataset-name", "sharegtp"), ("--percentile-metrics", "ttfx")):
             code, _, err = _replay(server.url, *args, bad, named, "--json", str(out))
             assert code == 2 and repr(named) in err
         code, _, err = _replay(server.url, "--dataset-name", "random", "--json", str(out))
@@ -503,3 +506,25 @@ def test_command_aa_marks_noise(tmp_path: Path) -> None:
     assert "output tok/s spread over runs" in stdout and "noise" in stdout
     assert "within noise" in stdout or "outside noise" in stdout
     assert code2 == 2 and "one URL" in err2
+
+
+def test_stream_is_read_as_vllms_client_reads_it() -> None:
+    """Every chunk with a choice is a token event, an empty text (a special token's) too, the
+    first the TTFT; the usage event is none, and its counts are the server's; the duration
+    runs from the run's start, before the first send."""
+    from feather_lab.replay.client import take_completion
+    from feather_lab.replay.vllm_fields import vllm_fields
+
+    times = iter([0.4, 0.5, 0.6])
+    out = Outcome("r", prompt_tokens=3, want_tokens=2, scheduled_s=0.0, sent_s=0.1)
+    for event in (
+        {"choices": [{"index": 0, "text": ""}]},
+        {"choices": [{"index": 0, "text": " t9"}]},
+        {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2}},
+    ):
+        take_completion(event, out, lambda: next(times))
+    out.done_s = 0.7
+    assert out.chunk_s == [0.4, 0.5] and (out.tokens, out.prompt_tokens) == (2, 4)
+    fields = vllm_fields([out], ("ttft",), (50.0,))
+    assert fields["mean_ttft_ms"] == pytest.approx(300.0)
+    assert fields["duration"] == pytest.approx(0.7) and fields["total_input_tokens"] == 4

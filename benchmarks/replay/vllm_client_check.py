@@ -2,12 +2,14 @@
 one server: the tiny random-weight Llama on vLLM's CPU backend, the same `random` dataset
 parameters, the two clients interleaved (their order alternating), the server's prefix cache
 emptied before every run, after one warm-up run of each (a fresh server's first requests
-pay one-time costs). Records each client process's CPU seconds too (it shares the machine's
-cores with the server). Records each run's output throughput and TTFT under vLLM's field
-names, the medians side by side with their ratio, and whether the two agree within 15%.
+pay one-time costs). Records each run's fields under vLLM's names, each client process's CPU
+seconds (imports included) and replay's own CPU over its run, the medians side by side with
+their ratio, each client's run-to-run spread, and whether the two agree within 15% and
+within the spread.
 
-Run in the vLLM environment, from the repository root:
-    PYTHONPATH=src python benchmarks/replay/vllm_client_check.py \
+Run in the vLLM environment, from the repository root (FEATHER_PORT_RANGE=LOW-HIGH keeps the
+server on ports of your own):
+    PYTHONPATH=src python benchmarks/replay/vllm_client_check.py --repeats 3 \
         --json benchmarks/replay/vllm-client-check.json
 """
 
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import statistics
 import subprocess
@@ -28,9 +29,11 @@ import httpx
 from feather_lab.bench.record import write_record
 from feather_lab.harness.tiny_llama import build_tiny_llama
 from feather_lab.harness.vllm_server import ServerSpec, served
+from feather_lab.replay.summary import within_noise
 
 FIELDS = ("output_throughput", "request_throughput", "mean_ttft_ms", "median_ttft_ms",
-          "p99_ttft_ms", "mean_tpot_ms", "client_process_cpu_s", "completed", "failed")  # fmt: skip
+          "p99_ttft_ms", "mean_tpot_ms", "client_process_cpu_s", "completed", "failed",
+          "client_cpu_s")  # fmt: skip
 AGREE = 0.15
 
 
@@ -42,9 +45,11 @@ def dataset_args(a: argparse.Namespace, seed: int) -> list[str]:
     return [*out, "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99"]
 
 
-def run_replay(url: str, a: argparse.Namespace, seed: int, out: Path) -> dict:
+def run_replay(url: str, model: str, a: argparse.Namespace, seed: int, out: Path) -> dict:
+    """Replay's run; its prompts as text through the model's tokenizer, as vLLM's client
+    sends them."""
     cmd = [sys.executable, "-m", "feather_lab.cli", "replay", url, *dataset_args(a, seed)]
-    cmd += ["--vocab-size", "512", "--json", str(out)]
+    cmd += ["--tokenizer", model, "--json", str(out)]
     cpu = _child_cpu(cmd)
     return {**json.loads(out.read_text())["rows"][0], "client_process_cpu_s": cpu}
 
@@ -63,6 +68,11 @@ def run_vllm_client(url: str, model: str, a: argparse.Namespace, seed: int, out:
     return {**json.loads(out.read_text()), "client_process_cpu_s": cpu}
 
 
+def seed_of(rep: int) -> int:
+    """Recorded run `rep` (0..) uses seed rep + 1; warm-up -k uses 100 + k."""
+    return rep + 1 if rep >= 0 else 100 - rep
+
+
 def _child_cpu(cmd: list[str]) -> float:
     """Run the client; its process's CPU seconds (user + system, imports included)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -74,6 +84,7 @@ def _child_cpu(cmd: list[str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmups", type=int, default=1, help="Unrecorded runs of each first.")
     parser.add_argument("--num-prompts", type=int, default=200)
     parser.add_argument("--input-len", type=int, default=256)
     parser.add_argument("--output-len", type=int, default=64)
@@ -84,14 +95,14 @@ def main() -> None:
         work = Path(tmp)
         model = str(build_tiny_llama(work / "tiny-llama"))
         with served([ServerSpec(model)], work) as (server,):
-            for rep in range(-1, a.repeats):  # -1: the warm-up, not recorded
+            for rep in range(-a.warmups, a.repeats):  # < 0: the warm-ups, not recorded
                 order = list(runs) if rep % 2 == 0 else list(runs)[::-1]
                 for client in order:
                     out = work / f"{client.split()[0]}-{rep}.json"
                     if client == "feather replay":
-                        got = run_replay(server.url, a, rep + 1, out)
+                        got = run_replay(server.url, model, a, seed_of(rep), out)
                     else:
-                        got = run_vllm_client(server.url, model, a, rep + 1, out)
+                        got = run_vllm_client(server.url, model, a, seed_of(rep), out)
                     print(client, rep, {k: got.get(k) for k in FIELDS[:7]}, flush=True)
                     if rep >= 0:
                         runs[client].append({k: got.get(k) for k in FIELDS} | {"repeat": rep})
@@ -109,17 +120,20 @@ def report(runs: dict[str, list[dict]], a: argparse.Namespace) -> None:
         c: {k: (max(r[k] for r in rs) - min(r[k] for r in rs)) / med[c][k] for k in keys}
         for c, rs in runs.items()
     }
-    agree = {k: abs(ratio[k] - 1) <= AGREE for k in ("output_throughput", "mean_ttft_ms")}
+    agree = {k: abs(ratio[k] - 1) <= AGREE for k in keys}
+    # inside the run-to-run spread: the two clients' ranges of runs overlap (replay's A/B rule)
+    inside = {k: within_noise(*[[r[k] for r in rs] for rs in runs.values()]) for k in keys}
     for k in FIELDS[:7]:
         print(
             f"{k:<22} replay {ours[k]:10.2f}  vllm {theirs[k]:10.2f}  ratio {ratio.get(k, 0):.3f}"
         )
     print("spread (max-min)/median:", json.dumps(spread), "agree within 15%:", agree)
+    print("within the run-to-run spread:", inside)
     if a.json:
-        write_record(a.json, command="PYTHONPATH=src python benchmarks/replay/vllm_client_check.py",
+        command = ["PYTHONPATH=src python benchmarks/replay/vllm_client_check.py", *sys.argv[1:]]
+        write_record(a.json, command=" ".join(command),
                      config=vars(a), runs=runs, medians=med, ratio_replay_over_vllm=ratio,
-                     spread=spread, agree_within_15pct=agree,
-                     commit=os.environ.get("FEATHER_COMMIT"))  # fmt: skip
+                     spread=spread, agree_within_15pct=agree, within_spread=inside)  # fmt: skip
 
 
 if __name__ == "__main__":

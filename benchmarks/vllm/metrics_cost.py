@@ -52,12 +52,17 @@ def publish_us(pub: MetricsPublisher, stats: HostStats, n: int = 2000) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def parse_args(doc: str | None) -> argparse.Namespace:
+    """The options both metrics-cost scripts take."""
+    parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps-per-s", type=float, default=100.0)
     parser.add_argument("--json", default=None)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args(__doc__)
     cht, stats = running_tree(), HostStats(decisions=1000, stops=100, policy_steps=500)
     step, write = [], []
     with tempfile.TemporaryDirectory(dir=snapshot_root()) as tmp:  # where the plugin puts it
@@ -65,23 +70,32 @@ def main() -> None:
         for _ in range(args.repeats):  # interleaved: the machine's load hits both alike
             step.append(per_step_ns(pub, cht))
             write.append(publish_us(pub, stats))
+    report(step, write, args, "snapshot write", "python benchmarks/vllm/metrics_cost.py")
+
+
+def report(
+    step: list[float], write: list[float], args: argparse.Namespace, what: str, command: str
+) -> None:
+    """Print the medians, spreads and amortised cost; write the record with --json. `what`
+    names the once-a-second write (its record field: `<what>_us`, spaces as underscores)."""
     step_ns, write_us = statistics.median(step), statistics.median(write)
     amortised = step_ns + write_us * 1e3 / max(1.0, args.steps_per_s * PUBLISH_EVERY_S)
     print(
         f"per step (observe + due): median {step_ns:.0f} ns (min {min(step):.0f}, "
-        f"max {max(step):.0f}) over {args.repeats} repeats of {CALLS} steps"
+        f"max {max(step):.0f}) over {args.repeats} repeats"
     )
-    print(f"snapshot write: median {write_us:.1f} us (min {min(write):.1f}, max {max(write):.1f})")
+    print(f"{what}: median {write_us:.1f} us (min {min(write):.1f}, max {max(write):.1f})")
     print(f"amortised at {args.steps_per_s:g} steps/s: {amortised:.0f} ns per step")
     if args.json:
+        key = what.replace(" ", "_") + "_us"
         write_record(
             args.json,
-            command="python benchmarks/vllm/metrics_cost.py",
+            command=command,
             repeats=args.repeats,
             per_step_ns=step,
-            snapshot_write_us=write,
+            **{key: write},
             per_step_ns_median=step_ns,
-            snapshot_write_us_median=write_us,
+            **{f"{key}_median": write_us},
             steps_per_s=args.steps_per_s,
             amortised_ns_per_step=amortised,
         )

@@ -44,6 +44,7 @@ from feather_lab.cli.replay_options import (
     AA,
     Burstiness,
     DatasetName,
+    DatasetPath,
     MaxFailed,
     MetricPercentiles,
     NumPrefixes,
@@ -58,7 +59,9 @@ from feather_lab.cli.replay_options import (
     ReplayRepeats,
     RequestRate,
     ResetPrefixCache,
+    SharegptOutputLen,
     SuffixLen,
+    Tokenizer,
     dataset_spec,
     workload_schedule,
 )
@@ -90,6 +93,9 @@ def replay(
     max_failed: MaxFailed = 0.01,
     aa: AA = False,
     dataset_name: DatasetName = None,
+    dataset_path: DatasetPath = None,
+    tokenizer: Tokenizer = None,
+    sharegpt_output_len: SharegptOutputLen = None,
     num_prompts: NumPrompts = None,
     request_rate: RequestRate = float("inf"),
     burstiness: Burstiness = 1.0,
@@ -113,16 +119,42 @@ def replay(
     if aa:
         urls, label = _aa(urls, label)
     labels = _labels(label, len(urls))
-    from feather_lab.replay.preflight import check_model
-
-    try:
-        check_model(model)
-    except ValueError as err:
-        fail(err)
+    _check_inputs(opts)
     endpoints = _preflight(urls)
     workloads = _workloads(opts, endpoints)
     _probe(endpoints, workloads, api)
     _run(opts, labels, endpoints, workloads)
+
+
+def _check_inputs(opts: dict[str, Any]) -> None:
+    """--model and the dataset options, before any server is asked (exit 2 naming them)."""
+    from feather_lab.replay.preflight import check_model
+
+    try:
+        check_model(opts["model"])
+        _check_dataset(opts)
+    except ValueError as err:
+        fail(err)
+
+
+def _check_dataset(opts: dict[str, Any]) -> None:
+    """--dataset-name's options and file checked before any server is asked (a ValueError)."""
+    dataset = dataset_spec(opts)
+    if dataset is None:
+        if opts["dataset_path"] or opts["sharegpt_output_len"] is not None:
+            raise ValueError(
+                "--dataset-path and --sharegpt-output-len need --dataset-name sharegpt"
+            )
+        return
+    dataset.validate()
+    if opts["sharegpt_output_len"] is not None and dataset.name != "sharegpt":
+        raise ValueError(f"--sharegpt-output-len goes with sharegpt, not {dataset.name}")
+    if dataset.name == "sharegpt" and not opts["tokenizer"]:
+        raise ValueError("--dataset-name sharegpt: its prompts are text: --tokenizer NAME")
+    if dataset.dataset_path is not None:
+        from feather_lab.replay.sharegpt import load_conversations
+
+        load_conversations(dataset.dataset_path)
 
 
 def _check_client(api: str) -> None:
@@ -179,22 +211,35 @@ def _probe(endpoints: list[Any], workloads: list[Any], api: str) -> None:
 
 def _workloads(opts: dict[str, Any], endpoints: list[Any]) -> list[Any]:
     """The workloads (-w's and --dataset-name's), built and fitted to the smallest context
-    the servers report."""
+    the servers report, in the vocabulary of --model, --vocab-size or --tokenizer."""
     contexts = [e.max_model_len for e in endpoints if e.max_model_len]
     context = min(contexts) if contexts else None
     try:
         opts = workload_schedule(opts)
         dataset = dataset_spec(opts)
+        tokenizer = _tokenizer(opts)
         chosen = names(opts["workload"]) if opts["workload"] else None
         chosen = chosen or (() if dataset else _default_workloads(opts["model"]))
         if not chosen and dataset is None:
             raise ValueError("--workload or --dataset-name: name at least one")
         out = _named_workloads(opts, chosen, context) if chosen else []
         if dataset is not None:
-            out.append(_dataset_workload(opts, dataset, context))
+            out.append(_dataset_workload(opts, dataset, tokenizer, context))
         return out
     except ValueError as err:
         fail(err)
+
+
+def _tokenizer(opts: dict[str, Any]) -> Any:
+    """--tokenizer loaded (None without it); its vocabulary becomes --vocab-size's default."""
+    if not opts["tokenizer"]:
+        return None
+    from feather_lab.replay.tokenizer import load_tokenizer, vocab_size
+
+    tokenizer = load_tokenizer(opts["tokenizer"])
+    if opts["vocab_size"] is None and opts["model"] is None:
+        opts["vocab_size"] = vocab_size(tokenizer)
+    return tokenizer
 
 
 def _named_workloads(opts: dict[str, Any], chosen: Any, context: int | None) -> list[Any]:
@@ -210,7 +255,9 @@ def _named_workloads(opts: dict[str, Any], chosen: Any, context: int | None) -> 
     return replay_workloads(spec, opts["model"], opts["vocab_size"], context)
 
 
-def _dataset_workload(opts: dict[str, Any], dataset: Any, context: int | None) -> Any:
+def _dataset_workload(
+    opts: dict[str, Any], dataset: Any, tokenizer: Any, context: int | None
+) -> Any:
     """--dataset-name's requests in the model's vocabulary, fitted to the context."""
     import dataclasses
 
@@ -218,14 +265,9 @@ def _dataset_workload(opts: dict[str, Any], dataset: Any, context: int | None) -
     from feather_lab.harness.tiny_llama import ENGINE_MODELS
     from feather_lab.replay.datasets import dataset_workload
 
-    model, vocab = opts["model"], opts["vocab_size"]
-    vocab = ENGINE_MODELS[model].vocab_size if model else vocab
-    if vocab is None:
-        raise ValueError(
-            f"--dataset-name {dataset.name}: its token ids need the model's vocabulary: "
-            "--vocab-size N (or --model for a built-in model)"
-        )
-    work = dataset_workload(dataset, vocab)
+    model = opts["model"]
+    vocab = ENGINE_MODELS[model].vocab_size if model else opts["vocab_size"]
+    work = dataset_workload(dataset, vocab, tokenizer)
     kept, dropped = fit_context(
         work.requests, context or 0, opts["drop_overlong"], f"{dataset.name} on the server"
     )

@@ -13,8 +13,9 @@ VLLM = "vllm bench serve's options"
 DatasetName = Annotated[
     str | None,
     typer.Option(
-        help="A vLLM-generated dataset beside (or instead of) -w: random or prefix_repetition, "
-        "as `vllm bench serve --dataset-name` makes them, sent as token ids.",
+        help="A vLLM dataset beside (or instead of) -w: random or prefix_repetition (made as "
+        "`vllm bench serve --dataset-name` makes them, sent as token ids), or sharegpt "
+        "(--dataset-path, sent as text).",
         rich_help_panel=VLLM,
     ),
 ]
@@ -50,6 +51,22 @@ PercentileMetrics = Annotated[
         rich_help_panel=VLLM,
     ),
 ]
+
+
+def _text(help_text: str) -> Any:
+    return Annotated[str | None, typer.Option(help=help_text, rich_help_panel=VLLM)]
+
+
+DatasetPath = _text("sharegpt: the JSON file (a list of {conversations: [{from, value}, ...]}).")
+Tokenizer = _text(
+    "The model's tokenizer (hub name or directory, needs transformers): counts sharegpt's "
+    "text prompts and gives the vocabulary of the generated datasets."
+)
+SharegptOutputLen = Annotated[
+    int | None,
+    typer.Option(min=1, help="sharegpt: output tokens of each request (default: its answer's).",
+                 rich_help_panel=VLLM),
+]  # fmt: skip
 MetricPercentiles = Annotated[
     str, typer.Option(help="Percentiles of those metrics, e.g. 50,99.", rich_help_panel=VLLM)
 ]
@@ -95,6 +112,8 @@ def dataset_spec(opts: dict[str, Any]) -> Any:
         suffix_len=opts["prefix_repetition_suffix_len"],
         num_prefixes=opts["prefix_repetition_num_prefixes"],
         prefix_output_len=opts["prefix_repetition_output_len"],
+        dataset_path=opts["dataset_path"],
+        sharegpt_output_len=opts["sharegpt_output_len"],
     )
 
 

@@ -32,6 +32,7 @@ SERVER_ARGS = (
     "chunked_prefill_size",
     "max_prefill_tokens",
     "page_size",
+    "enable_metrics",
 )
 """ServeSpec fields passed to SGLang's `ServerArgs` under the same name."""
 
@@ -55,12 +56,17 @@ class ServeSpec:
     """Policies to register by name ("module:Class") before the plugin loads."""
     model: TinyLlamaSpec = TINY_LLAMA
     # SGLang's `ServerArgs` fields of the same names (SERVER_ARGS): KV pool tokens, running
-    # cap, tokens per prefill chunk, prefill token budget per step, tokens per KV page
+    # cap, tokens per prefill chunk, prefill token budget per step, tokens per KV page,
+    # metrics
     max_total_tokens: int = 8192
     max_running_requests: int = 64
     chunked_prefill_size: int = 512
     max_prefill_tokens: int = 4096
     page_size: int = 1
+    enable_metrics: bool = False
+    """SGLang's `--enable-metrics`: its series (and Feather's) in prometheus_client's
+    multiprocess files; `env` must then name `PROMETHEUS_MULTIPROC_DIR`, as its launcher
+    sets it."""
     overlap: bool = False
     """SGLang's overlap event loop (`event_loop_overlap`) instead of `event_loop_normal`."""
     step_cost: tuple[str, str] | None = None

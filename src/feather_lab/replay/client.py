@@ -3,7 +3,8 @@ workload on its arrival schedule, every request streamed and timed.
 
 Prompts go as token ids (`prompt: [ids]`, which vLLM's and SGLang's `/v1/completions` take),
 so the prefixes the server sees share exactly what the workload shares; each asks for its
-fixed output length (`max_tokens` with `ignore_eos`). A request is sent at its arrival time
+fixed output length (`max_tokens` with `ignore_eos`), with no sampling settings of its own
+(the server's defaults, as for `vllm bench serve`). A request is sent at its arrival time
 whatever the server is doing (one task per request; `max_concurrency` caps how many are in
 flight, as bench_serving's `--max-concurrency`), so a slow server builds a queue instead of
 slowing the client down. Every failure is data: an HTTP error, a stream that drops or stalls
@@ -16,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
 from feather_lab.replay import native as native_api
+from feather_lab.replay.transport import post_aiohttp, stream_session
 from feather_sched.request import Request
 
 
@@ -68,7 +71,7 @@ class Outcome:
     scheduled_s: float
     sent_s: float | None = None
     chunk_s: list[float] = field(default_factory=list)
-    """When each streamed chunk carrying text arrived."""
+    """When each streamed chunk carrying tokens arrived."""
     done_s: float | None = None
     """When the stream ended with every requested token (None: failed or unfinished)."""
     tokens: int = 0
@@ -105,13 +108,14 @@ def preflight(url: str, timeout_s: float = 10.0) -> Endpoint:
 
 
 def request_body(endpoint: Endpoint, req: Request, stream_interval: int = 1) -> dict:
-    """A streamed completion of exactly `req.output_len` tokens from its token ids."""
+    """A streamed completion of exactly `req.output_len` tokens from its token ids, or from
+    its text where the workload came as text (`meta["text"]`: the server tokenizes it)."""
+    text = req.meta.get("text")
     body = {
         "model": endpoint.model,
-        "prompt": req.prompt.tolist(),
+        "prompt": req.prompt.tolist() if text is None else text,
         "max_tokens": req.output_len,
         "ignore_eos": True,
-        "temperature": 0.0,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -125,22 +129,26 @@ Take = Callable[[dict, Outcome, Callable[[], float]], None]
 
 
 def take_completion(event: dict, out: Outcome, clock: Callable[[], float]) -> None:
-    """An OpenAI completion chunk: a chunk time when it carries text; the usage's count."""
-    choices = event.get("choices") or []
-    if choices and choices[0].get("text"):
+    """An OpenAI completion chunk, read as vLLM's client reads it
+    (`async_request_openai_completions`): every chunk with a choice is a token event, its
+    text empty or not (a special token's is), the first one the TTFT; the usage gives the
+    token counts, the prompt's as the server counted it."""
+    if event.get("choices"):
         out.chunk_s.append(clock())
-    if event.get("usage"):
-        out.tokens = int(event["usage"].get("completion_tokens", 0))
+    usage = event.get("usage")
+    if usage:
+        out.tokens = int(usage.get("completion_tokens", 0))
+        out.prompt_tokens = int(usage.get("prompt_tokens") or out.prompt_tokens)
 
 
 async def read_stream(
-    resp: httpx.Response, out: Outcome, clock: Callable[[], float], take: Take
+    lines: AsyncIterator[str], out: Outcome, clock: Callable[[], float], take: Take
 ) -> None:
     """The server-sent events of one request, each read by `take`, to the `[DONE]` marker;
     an error event fails it, as do a stream cut short and a wrong token count (the
     server's own count, else the chunks')."""
     finished = False
-    async for line in resp.aiter_lines():
+    async for line in lines:
         if not line.startswith("data:"):
             continue
         data = line[5:].strip()
@@ -162,14 +170,15 @@ async def read_stream(
 
 
 async def send_one(
-    client: httpx.AsyncClient,
+    client: httpx.AsyncClient | Any,
     endpoint: Endpoint,
     req: Request,
     out: Outcome,
     clock: Callable[[], float],
     options: ClientOptions,
 ) -> None:
-    """One request, streamed; whatever goes wrong is recorded in `out`, never raised."""
+    """One request, streamed (`client`: an httpx client or an aiohttp session, transport.py);
+    whatever goes wrong is recorded in `out`, never raised."""
     out.sent_s = clock()
     if options.api == "generate":
         url = endpoint.url + native_api.PATH
@@ -179,6 +188,11 @@ async def send_one(
         url = endpoint.url + "/v1/completions"
         body = request_body(endpoint, req, options.stream_interval)
         take = take_completion
+    if not isinstance(client, httpx.AsyncClient):
+        await post_aiohttp(
+            client, url, body, out, lambda lines: read_stream(lines, out, clock, take)
+        )
+        return
     try:
         async with client.stream("POST", url, json=body) as resp:
             out.status = resp.status_code
@@ -186,7 +200,7 @@ async def send_one(
                 text = (await resp.aread()).decode(errors="replace")
                 out.error = f"HTTP {resp.status_code}: {text[:200]}"
                 return
-            await read_stream(resp, out, clock, take)
+            await read_stream(resp.aiter_lines(), out, clock, take)
     except httpx.TimeoutException:
         out.error = f"timeout: no data after {len(out.chunk_s)} chunks"
     except (httpx.HTTPError, json.JSONDecodeError) as err:
@@ -210,7 +224,11 @@ async def run_schedule(
     t_first = min((r.arrival_time for r in requests), default=0.0)
     timeout = httpx.Timeout(options.request_timeout_s)
     limits = httpx.Limits(max_connections=options.max_concurrency, max_keepalive_connections=64)
-    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+    async with (
+        httpx.AsyncClient(timeout=timeout, limits=limits) as client,
+        stream_session(options.max_concurrency, options.request_timeout_s) as session,
+    ):
+        streams = client if session is None else session
         # the clock starts once the client is built (its TLS context takes 0.1-0.5 s on a
         # loaded machine), so that time is not counted as every request's send lag
         start = time.perf_counter()
@@ -226,10 +244,10 @@ async def run_schedule(
                 await answered[parent].wait()
             try:
                 if cap is None:
-                    await send_one(client, endpoint, req, out, clock, options)
+                    await send_one(streams, endpoint, req, out, clock, options)
                 else:
                     async with cap:
-                        await send_one(client, endpoint, req, out, clock, options)
+                        await send_one(streams, endpoint, req, out, clock, options)
             finally:
                 answered[req.request_id].set()
 

@@ -8,24 +8,32 @@
 - `prefix_repetition` (`PrefixRepetitionRandomDataset`): `--prefix-repetition-num-prefixes`
   random prefixes of `-prefix-len` tokens, each followed by `num_prompts // num_prefixes`
   random suffixes of `-suffix-len` tokens, `-output-len` output tokens each, shuffled;
+- `sharegpt` (`ShareGPTDataset`): conversations from `--dataset-path`, as text through
+  `--tokenizer` (replay/sharegpt.py);
 - arrivals (`get_request` in serve.py): all at 0 with `--request-rate inf`, else gaps drawn
-  from a gamma distribution of shape `--burstiness` and mean 1 / rate (1: Poisson).
+  from a gamma distribution of shape `--burstiness` and mean 1 / rate (1: Poisson), from
+  the same seeded stream as vLLM's (`arrivals`).
 
-vLLM draws text and decodes it through the tokenizer; this sends the ids, so prompts have
-their lengths exactly. Ids avoid 0-3, the built-in models' special tokens (`FIRST_ID`).
+For random and prefix_repetition vLLM draws ids, decodes them to text and sends the text;
+this sends the ids, so prompts have their lengths exactly, or with `--tokenizer` the text as
+vLLM makes it (`tokenizer.ids_as_text`). Ids avoid 0-3, the built-in
+models' special tokens (`FIRST_ID`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from feather_lab.replay.sharegpt import sharegpt_requests
+from feather_lab.replay.tokenizer import ids_as_text
 from feather_lab.replay.workload import FIRST_ID, ReplayWorkload
 from feather_sched.request import Request
 
-DATASETS = ("random", "prefix_repetition")
+DATASETS = ("random", "prefix_repetition", "sharegpt")
 
 
 @dataclass(frozen=True)
@@ -45,11 +53,19 @@ class DatasetSpec:
     suffix_len: int = 256
     num_prefixes: int = 10
     prefix_output_len: int = 128
+    dataset_path: str | None = None
+    """sharegpt: the JSON file (replay/sharegpt.py)."""
+    sharegpt_output_len: int | None = None
+    """sharegpt: every request's output tokens (None: its completion's)."""
 
     def validate(self) -> None:
         """A ValueError naming the option and what is valid."""
         if self.name not in DATASETS:
             raise ValueError(f"--dataset-name {self.name!r}: valid: {', '.join(DATASETS)}")
+        if self.name == "sharegpt" and self.dataset_path is None:
+            raise ValueError("--dataset-name sharegpt: name its file: --dataset-path FILE")
+        if self.name != "sharegpt" and self.dataset_path is not None:
+            raise ValueError(f"--dataset-path goes with --dataset-name sharegpt, not {self.name}")
         if not 0.0 <= self.random_range_ratio < 1.0:
             raise ValueError(f"--random-range-ratio {self.random_range_ratio}: in [0, 1)")
         if self.request_rate <= 0 or self.burstiness <= 0:
@@ -61,12 +77,19 @@ class DatasetSpec:
             )
 
 
-def arrivals(n: int, rate: float, burstiness: float, rng: np.random.Generator) -> np.ndarray:
-    """vLLM's arrival times: all 0 at rate inf, else cumulative gamma gaps."""
+def arrivals(n: int, rate: float, burstiness: float, seed: int) -> np.ndarray:
+    """vLLM's arrival times (`get_request`): all 0 at rate inf; else gaps drawn one by one
+    from numpy's global stream, which its `main` seeds with `--seed` (a `RandomState(seed)`
+    here, the same draws), gamma of shape `burstiness` and mean 1 / rate (constant at
+    burstiness inf), summed, and rescaled so the last request arrives at n / rate."""
     if math.isinf(rate):
         return np.zeros(n)
-    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
-    return np.cumsum(gaps) - gaps[0]
+    if math.isinf(burstiness):
+        gaps = np.full(n, 1.0 / rate)
+    else:
+        gaps = np.random.RandomState(seed).gamma(burstiness, 1.0 / (rate * burstiness), n)
+    times = np.cumsum(gaps)
+    return times * (n / rate) / times[-1] if times[-1] > 0 else times
 
 
 def _lengths(rng: np.random.Generator, n: int, mean: int, ratio: float) -> np.ndarray:
@@ -99,19 +122,37 @@ def _prefix_repetition(spec: DatasetSpec, vocab: int, rng: np.random.Generator) 
     return out
 
 
-def dataset_workload(spec: DatasetSpec, vocab: int) -> ReplayWorkload:
+def _request(rid: str, ids: np.ndarray, out: int, tokenizer: Any, rng: Any) -> Request:
+    """The ids as they are, or with a tokenizer as text (and the ids that text encodes to),
+    as vLLM's client sends its random datasets."""
+    if tokenizer is None:
+        return Request(rid, ids.astype(np.int32), out)
+    text, encoded = ids_as_text(tokenizer, ids, rng, FIRST_ID)
+    return Request(rid, np.asarray(encoded, dtype=np.int32), out, meta={"text": text})
+
+
+def dataset_workload(spec: DatasetSpec, vocab: int | None, tokenizer: Any = None) -> ReplayWorkload:
     """The dataset as one replay workload, its requests on vLLM's arrival schedule."""
     spec.validate()
-    if vocab <= FIRST_ID:
-        raise ValueError(f"--vocab-size {vocab}: the model needs more than {FIRST_ID} tokens")
-    rng = np.random.default_rng(spec.seed)
-    made = (
-        _random(spec, vocab, rng) if spec.name == "random" else _prefix_repetition(spec, vocab, rng)
-    )
-    times = arrivals(len(made), spec.request_rate, spec.burstiness, rng)
-    requests = [
-        Request(f"{spec.name}-{i:06d}", prompt.astype(np.int32), out, float(t))
-        for i, ((prompt, out), t) in enumerate(zip(made, times))
-    ]
+    if spec.name == "sharegpt":
+        if tokenizer is None:
+            raise ValueError("--dataset-name sharegpt: its prompts are text: --tokenizer NAME")
+        made = sharegpt_requests(
+            spec.dataset_path, tokenizer, spec.num_prompts, spec.seed, spec.sharegpt_output_len
+        )
+    else:
+        if vocab is None or vocab <= FIRST_ID:
+            raise ValueError(
+                f"--dataset-name {spec.name}: its token ids need the model's vocabulary (more "
+                f"than {FIRST_ID} ids, got {vocab}): --vocab-size N, --tokenizer or --model"
+            )
+        rng = np.random.default_rng(spec.seed)
+        pairs = (_random if spec.name == "random" else _prefix_repetition)(spec, vocab, rng)
+        made = [
+            _request(f"{spec.name}-{i:06d}", prompt, out, tokenizer, rng)
+            for i, (prompt, out) in enumerate(pairs)
+        ]
+    for req, t in zip(made, arrivals(len(made), spec.request_rate, spec.burstiness, spec.seed)):
+        req.arrival_time = float(t)
     params = {k: v for k, v in vars(spec).items() if k != "name"}
-    return ReplayWorkload(spec.name, requests, 0, params)
+    return ReplayWorkload(spec.name, made, 0, params)

@@ -27,7 +27,9 @@ def generate_body(req: Request, stream_interval: int = 1) -> dict[str, Any]:
     params["temperature"] = 0.0
     if stream_interval > 1:
         params["stream_interval"] = stream_interval
-    return {"input_ids": req.prompt.tolist(), "sampling_params": params, "stream": True}
+    text = req.meta.get("text")
+    prompt = {"input_ids": req.prompt.tolist()} if text is None else {"text": text}
+    return {**prompt, "sampling_params": params, "stream": True}
 
 
 def take_generate(event: dict[str, Any], out: Any, clock: Callable[[], float]) -> None:

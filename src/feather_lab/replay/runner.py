@@ -7,7 +7,8 @@ Before each run the server's prefix cache is emptied where it allows it (vLLM's
 `POST /reset_prefix_cache`, served with VLLM_SERVER_DEV_MODE=1; SGLang's `POST /flush_cache`),
 so every run starts cold as the in-process bench's do; the row says whether it was
 (`prefix_cache_reset`). The row also carries the client's own CPU seconds over the run
-(`client_cpu_s`: this process's, the HTTP client and the metrics sampler)."""
+(`client_cpu_s`: this process's, the HTTP client and the metrics sampler) and the library
+its requests went through (`http_client`, replay/transport.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import httpx
 from feather_lab.replay.client import ClientOptions, Endpoint, Outcome, run_schedule
 from feather_lab.replay.metrics import metric_fields, sample_gauges, scrape
 from feather_lab.replay.summary import ab_rows, median_row, run_row
+from feather_lab.replay.transport import HTTP_CLIENT
 from feather_lab.replay.vllm_fields import DEFAULT_METRICS, vllm_fields
 from feather_lab.replay.workload import ReplayWorkload
 from feather_lab.sim.result import SLO
@@ -98,6 +100,7 @@ def run_once(
     row = run_row(work.name, label, outcomes, spec.slo)
     row = {**vllm_fields(outcomes, spec.percentile_metrics, spec.metric_percentiles), **row}
     row["client_cpu_s"] = round(time.process_time() - cpu0, 3)
+    row["http_client"] = HTTP_CLIENT
     if "server_preemptions" in server:
         row["preemptions"] = server["server_preemptions"]
     return {**row, **server, "dropped_overlong": work.dropped, "url": endpoint.url}

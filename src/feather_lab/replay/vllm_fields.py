@@ -5,7 +5,8 @@ vllm/benchmarks/serve.py) writes them, so the two records compare line by line:
 `--percentile-metrics` (ttft, tpot, itl, e2el) `mean_<m>_ms`, `median_<m>_ms`, `std_<m>_ms`
 and `p<P>_<m>_ms` for each of `--metric-percentiles`. Definitions are vLLM's: TPOT per
 request is (E2EL - TTFT) / (output tokens - 1); ITL every gap between streamed chunks;
-duration from the first send to the last answer (vLLM: from its start to the last answer)."""
+duration from the run's start, before its first send (as vLLM's `benchmark_start_time`), to
+the last answer."""
 
 from __future__ import annotations
 
@@ -64,9 +65,8 @@ def vllm_fields(
 ) -> dict[str, Any]:
     """The run's fields under vLLM's names (the module doc)."""
     done = [o for o in outcomes if o.ok]
-    starts = [o.sent_s for o in outcomes if o.sent_s is not None]
     ends = [o.done_s for o in done if o.done_s is not None]
-    duration = max(ends) - min(starts) if ends and starts else 0.0
+    duration = max(ends) if ends else 0.0  # outcome times count from the run's start
     inputs, outputs = sum(o.prompt_tokens for o in done), sum(o.tokens for o in done)
     per_s = (lambda n: n / duration) if duration > 0 else (lambda n: 0.0)
     out: dict[str, Any] = {

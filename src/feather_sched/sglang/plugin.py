@@ -20,6 +20,7 @@ from typing import Any
 from feather_sched.host.versions import check_engine_version
 from feather_sched.settings import DEFAULT_POLICY, ENV, FeatherSettings
 from feather_sched.sglang.queue import Offer, SGLangQueue
+from feather_sched.sglang.series import series_for
 
 logger = logging.getLogger("feather_sched.sglang")
 
@@ -45,6 +46,8 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> FeatherSettin
 
 # SchedulePolicy -> its queue, or None when Feather stays out of that scheduler.
 _QUEUES: weakref.WeakKeyDictionary[Any, SGLangQueue | None] = weakref.WeakKeyDictionary()
+# queue -> its `feather_*` series, or None where SGLang's metrics are off (series.py).
+_SERIES: weakref.WeakKeyDictionary[SGLangQueue, Any] = weakref.WeakKeyDictionary()
 
 
 def register() -> None:
@@ -195,7 +198,22 @@ def around_next_batch(original: Any, scheduler: Any, *args: Any, **kwargs: Any) 
             queue.on_idle(getattr(scheduler, "waiting_queue", ()), getattr(running, "reqs", None))
         if queue.state_saver is not None:
             queue.state_saver.maybe_save(queue.policy)
+        _publish(scheduler, queue, has_batch=bool(reqs))
     return plan
+
+
+def _publish(scheduler: Any, queue: SGLangQueue, has_batch: bool) -> None:
+    """This iteration on Feather's `feather_*` series, where SGLang's metrics are on."""
+    try:
+        series = _SERIES[queue]
+    except KeyError:
+        series = _SERIES[queue] = series_for(scheduler, queue.policy.name)
+    if series is None:
+        return
+    if has_batch:
+        series.observe_groups(queue.index.num_running_roots)
+    if series.due(idle=not has_batch):
+        series.publish(queue.stats, int(getattr(queue.policy, "kv_refusals", 0)))
 
 
 # ---------------------------------------------------------------------------- the adder
