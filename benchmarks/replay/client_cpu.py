@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import numpy as np
 
-from feather_lab.bench.machine import write_record
+from feather_lab.bench.record import guard, write_record
 from feather_lab.replay.client import ClientOptions, Endpoint, Outcome, send_one
 from feather_lab.replay.transport import stream_session
 from feather_sched.request import Request
@@ -113,9 +113,9 @@ def main() -> None:
             f"(median of {a.repeats}: {min(v):.1f}-{max(v):.1f})"
         )
     if a.json:
-        write_record(a.json, command="PYTHONPATH=src python benchmarks/replay/client_cpu.py --json "
-                     + a.json, config=vars(a), cpu_us_per_event=got, median_us=med)  # fmt: skip
+        write_record(a.json, config=vars(a), cpu_us_per_event=got, median_us=med)
 
 
 if __name__ == "__main__":
+    guard()
     main()

@@ -75,4 +75,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from feather_lab.bench.record import guard
+
+    guard()  # a record names a commit that holds its code
     main()
