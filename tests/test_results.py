@@ -153,3 +153,10 @@ def test_refresh_replaces_only_a_record_re_made_identical(tmp_path: Path) -> Non
     same = run_piece(Piece("r.json", "python make.py OUT 1"), tmp_path, scratch, write=True)
     assert same["verdict"] == "identical"
     assert json.loads(record.read_text())["provenance"]["command"] == "python make.py OUT 1"
+
+
+def test_quick_leaves_machine_timed_fields_out_and_compares_simulated_times() -> None:
+    from feather_lab.results.quick import first_difference
+
+    assert first_difference({"router_us_per_request": 4.1}, {"router_us_per_request": 1.9}) is None
+    assert first_difference({"ttft_p99_s": 1.0}, {"ttft_p99_s": 2.0}) is not None

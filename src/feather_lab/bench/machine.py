@@ -79,11 +79,14 @@ def _git(*args: str) -> str | None:
         return None
 
 
+PLOTS = (".png", ".svg")
+
+
 @functools.cache
 def changed_files() -> tuple[str, ...]:
     """Tracked files with uncommitted changes in the tree this package runs from, records
-    registered in benchmarks/records.toml left out: a re-made record is not code, and
-    `feather results --engines` re-makes one after another before they are committed."""
+    registered in benchmarks/records.toml and plots left out: neither is code, and
+    `feather results` re-makes one after another before they are committed."""
     out = _git("status", "--porcelain", "--untracked-files=no") or ""
     changed = [line[3:] for line in out.splitlines() if line.strip()]
     top = (_git("rev-parse", "--show-toplevel") or "").strip()
@@ -91,7 +94,7 @@ def changed_files() -> tuple[str, ...]:
     records: set[str] = set()
     if registry is not None and registry.is_file():
         records = set(re.findall(r'^path = "([^"]+)"', registry.read_text(), flags=re.M))
-    return tuple(f for f in changed if f not in records)
+    return tuple(f for f in changed if f not in records and not f.endswith(PLOTS))
 
 
 @functools.cache

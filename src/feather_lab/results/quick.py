@@ -9,6 +9,7 @@ piece, so a piece that fails or a run that stops keeps what finished.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -21,6 +22,9 @@ from feather_lab.bench.record import ALLOW_VAR, dirty_allowed
 from feather_lab.results.registry import load
 
 COMPARED = ("rows", "runs", "cells")
+TIMED = re.compile(r"(^|_)(us|ns|wall|cpu)(_|$)")
+"""Fields timed on the machine that ran the record (its CPU per decision, per request): they
+differ from run to run and are left out of the comparison."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,8 @@ def argv(command: str, out: Path, record: str = "") -> list[str]:
 def first_difference(old: object, new: object, at: str = "") -> str | None:
     if isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(set(old) | set(new)):
+            if TIMED.search(str(key)):
+                continue
             if key not in old or key not in new:
                 return f"{at}.{key}: only in the {'re-made' if key in new else 'recorded'}"
             diff = first_difference(old[key], new[key], f"{at}.{key}")
