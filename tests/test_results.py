@@ -42,7 +42,7 @@ def test_a_broken_figure_in_a_copy_of_the_readme_fails_by_name(tmp_path: Path) -
     shutil.copy(ROOT / "README.md", copy)
     first = find_figures(ROOT / "README.md", ROOT)[0]
     text = copy.read_text()
-    mark = text.index("<!-- record:")
+    mark = text.index("<!-- figure:")
     broken = text[: mark - len(first.quoted)] + "9.99" + text[mark:]
     copy.write_text(broken)
     result = CliRunner().invoke(
@@ -160,3 +160,12 @@ def test_quick_leaves_machine_timed_fields_out_and_compares_simulated_times() ->
 
     assert first_difference({"router_us_per_request": 4.1}, {"router_us_per_request": 1.9}) is None
     assert first_difference({"ttft_p99_s": 1.0}, {"ttft_p99_s": 2.0}) is not None
+
+
+def test_an_unknown_figure_name_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "figures.toml").write_text("[figure]\n")
+    doc = tmp_path / "README.md"
+    doc.write_text("1.50<!-- figure: nowhere -->x\n")
+    checked, bad = check_docs([doc], tmp_path)
+    assert checked == 1 and "no figure 'nowhere'" in bad[0].reason

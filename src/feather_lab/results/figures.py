@@ -10,9 +10,13 @@ printed with. `median(E, ...)`, `min(...)`, `max(...)` combine such values, and 
 quoted as `0.97-1.02` is marked `range(E, ...)` (its lowest and highest value):
 
     0.97-1.02<!-- record: r.json range(median(a / b, c / d), median(e / f, g / h)) .2f -->
- The check renders the value with that spec and compares it, digit for digit,
-with the number just before the comment; so a figure that drifts from its record, or a
-record re-made without its figure, fails by name.
+
+A long source reads better as a name, `2.84x<!-- figure: replay-kv-pressure -->`, defined in
+benchmarks/figures.toml by `record`, `value` and `format`.
+
+The check renders the value with that spec and compares it, digit for digit, with the number
+just before the comment; so a figure that drifts from its record, or a record re-made without
+its figure, fails by name.
 """
 
 from __future__ import annotations
@@ -23,7 +27,11 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-MARK = re.compile(r"<!--\s*record:\s*(?P<path>\S+)\s+(?P<expr>.+?)\s+(?P<spec>\S+)\s*-->")
+MARK = re.compile(
+    r"<!--\s*(?:record:\s*(?P<path>\S+)\s+(?P<expr>.+?)\s+(?P<spec>\S+)"
+    r"|figure:\s*(?P<name>[\w.+-]+))\s*-->"
+)
+NAMES = Path("benchmarks/figures.toml")
 NUMBER = re.compile(r"(?P<num>(?:[\d,]*\.?\d+-)?-?[\d,]*\.?\d+)(?P<unit>[x%]?)\s*$")
 CALL = re.compile(r"^(?P<name>median|min|max|range)\((?P<args>.*)\)$")
 STEP = re.compile(r"\.?([^.\[\]]+)|\[(-?\d+)\]")
@@ -55,6 +63,7 @@ def find_figures(doc: Path, root: Path) -> list[Figure]:
     """Every marked figure in `doc`; a mark with no number before it is itself a figure
     whose quoted text is empty (so the check reports it)."""
     text = doc.read_text(encoding="utf-8")
+    names = named(root)
     out = []
     for m in MARK.finditer(text):
         before = NUMBER.search(text[: m.start()])
@@ -65,8 +74,21 @@ def find_figures(doc: Path, root: Path) -> list[Figure]:
             if doc.resolve().is_relative_to(root.resolve())
             else str(doc)
         )
-        out.append(Figure(name, line, quoted, m["path"], m["expr"], m["spec"]))
+        if m["name"] is None:
+            out.append(Figure(name, line, quoted, m["path"], m["expr"], m["spec"]))
+        else:
+            src = names.get(m["name"], {"record": f"{NAMES} (no figure {m['name']!r})"})
+            value, spec = src.get("value", ""), src.get("format", "")
+            out.append(Figure(name, line, quoted, src["record"], value, spec))
     return out
+
+
+def named(root: Path) -> dict[str, dict[str, str]]:
+    """The named figures of benchmarks/figures.toml ({} where there is none)."""
+    from feather_lab.results.registry import tomllib
+
+    path = root / NAMES
+    return tomllib.loads(path.read_text())["figure"] if path.is_file() else {}
 
 
 def lookup(data: object, path: str) -> object:
