@@ -92,29 +92,26 @@ NumPrefixes = _int("prefix_repetition: distinct prefixes.")
 PrefixOutputLen = _int("prefix_repetition: output tokens.")
 
 
+DATASET_OPTION = {
+    "name": "dataset_name",
+    "prefix_len": "prefix_repetition_prefix_len",
+    "suffix_len": "prefix_repetition_suffix_len",
+    "num_prefixes": "prefix_repetition_num_prefixes",
+    "prefix_output_len": "prefix_repetition_output_len",
+}
+"""`DatasetSpec` fields whose option (vLLM's name) says more; every other field is its option."""
+
+
 def dataset_spec(opts: dict[str, Any]) -> Any:
     """The `DatasetSpec` of the options, or None without --dataset-name."""
+    from dataclasses import fields
+
     from feather_lab.replay.datasets import DatasetSpec
 
     if opts["dataset_name"] is None:
         return None
-    return DatasetSpec(
-        name=opts["dataset_name"],
-        num_prompts=opts["num_prompts"] or 1000,
-        request_rate=opts["request_rate"],
-        burstiness=opts["burstiness"],
-        seed=opts["seed"],
-        random_input_len=opts["random_input_len"],
-        random_output_len=opts["random_output_len"],
-        random_range_ratio=opts["random_range_ratio"],
-        random_prefix_len=opts["random_prefix_len"],
-        prefix_len=opts["prefix_repetition_prefix_len"],
-        suffix_len=opts["prefix_repetition_suffix_len"],
-        num_prefixes=opts["prefix_repetition_num_prefixes"],
-        prefix_output_len=opts["prefix_repetition_output_len"],
-        dataset_path=opts["dataset_path"],
-        sharegpt_output_len=opts["sharegpt_output_len"],
-    )
+    given = {f.name: opts[DATASET_OPTION.get(f.name, f.name)] for f in fields(DatasetSpec)}
+    return DatasetSpec(**{**given, "num_prompts": opts["num_prompts"] or 1000})
 
 
 def workload_schedule(opts: dict[str, Any]) -> dict[str, Any]:
