@@ -129,6 +129,8 @@ def test_quick_sends_a_record_to_scratch_and_keeps_an_input_of_the_same_name() -
     rec = "benchmarks/sim/check.json"
     words = argv(f"python benchmarks/sim/sim_check.py {rec} --against {rec}", Path("/s/o"), rec)
     assert words[1:] == ["benchmarks/sim/sim_check.py", "/s/o", "--against", rec]
+    side = argv("feather bench --steps-out steps.jsonl --json r.json", Path("/s/r.json"), "r.json")
+    assert "steps.jsonl" not in side and "/s/r.steps.jsonl" in side
     found = pieces(ROOT)
     assert len(found) >= 20 and all(p.command.split()[0] in ("feather", "python") for p in found)
 

@@ -48,6 +48,8 @@ def argv(command: str, out: Path, record: str = "") -> list[str]:
     for i, w in enumerate(words):
         if w == "--json" and i + 1 < len(words):
             words[i + 1] = str(out)
+        if w == "--steps-out" and i + 1 < len(words):
+            words[i + 1] = str(out.with_suffix(".steps.jsonl"))
         if w in ("OUT", "OUT.json") or i == first:
             words[i] = str(out)
     if "--json" not in words and str(out) not in words:
@@ -120,12 +122,26 @@ def run_piece(piece: Piece, root: Path, scratch: Path, write: bool = False) -> d
     return {**result, "verdict": "identical" if diff is None else "differs", "detail": diff}
 
 
+def _changed_plots(root: Path) -> set[str]:
+    from feather_lab.bench.machine import PLOTS
+
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    return {line[3:] for line in out.splitlines() if line[3:].endswith(PLOTS)}
+
+
 def run_quick(
     root: Path, summary: Path = Path("results-quick.json"), write: bool = False
 ) -> bool:
     """Re-make every piece, printing progress with an ETA; True when any differs or fails.
     With `write`, each record re-made identical is replaced by its copy (fresh provenance)."""
     todo = pieces(root)
+    plots_before = _changed_plots(root)
     results: list[dict] = []
     began = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,6 +158,9 @@ def run_quick(
             )
             if result["verdict"] != "identical":
                 print(f"    {result['detail']}", flush=True)
+    redrawn = sorted(_changed_plots(root) - plots_before)
+    if redrawn:  # a piece that draws beside its record: the tracked plot stays as committed
+        subprocess.run(["git", "checkout", "--", *redrawn], cwd=root, check=False)
     bad = [r for r in results if r["verdict"] != "identical"]
     print(f"{len(results) - len(bad)} of {len(results)} identical; summary in {summary}")
     return bool(bad)
