@@ -50,6 +50,15 @@ GROUP_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
 
 PUBLISH_EVERY_S = 1.0
 
+INFO = ("feather_info", "Feather's policy in this engine")
+"""The info gauge's name and help: 1, labelled with the policy."""
+GROUPS = (
+    "feather_batch_prefix_groups",
+    "Distinct prefix groups (first CHT chunks) among the running requests of each "
+    "scheduled batch",
+)
+"""The prefix-groups-per-batch histogram's name and help."""
+
 COUNTERS: dict[str, tuple[str, str | None]] = {
     # series name (without feather_ and _total) -> (help, label of `kind` or None)
     "decisions": ("ADD/STOP decisions the policy made, by decision", "decision"),
@@ -64,6 +73,12 @@ COUNTERS: dict[str, tuple[str, str | None]] = {
     "forced_admits": ("Queue heads admitted because nothing was running (never stall)", None),
     "resyncs": ("Times Feather's index was rebuilt from the engine's queues (expect 0)", None),
 }
+
+
+def publish_due(last: float, dirty: bool, idle: bool) -> bool:
+    """A second has passed since `last`, or the engine just went idle with batches not yet
+    published: the one throttle of both exporters."""
+    return (idle and dirty) or time.monotonic() - last >= PUBLISH_EVERY_S
 
 
 def counter_values(stats: HostStats, kv_gate_holds: int) -> dict[str, dict[str, int]]:
@@ -109,9 +124,7 @@ class MetricsPublisher:
     def due(self, idle: bool) -> bool:
         """Whether to write the snapshot now: a second has passed, or the engine just went
         idle with batches not yet written."""
-        if self.path is None:
-            return False
-        return (idle and self._dirty) or time.monotonic() - self._last >= PUBLISH_EVERY_S
+        return self.path is not None and publish_due(self._last, self._dirty, idle)
 
     def publish(self, stats: HostStats, holds: int) -> None:
         """Write the snapshot now (atomically: a scrape never reads half a file)."""
@@ -173,9 +186,7 @@ class SnapshotCollector:
         snaps = read_snapshots(self.directory)
         if not snaps:
             return
-        info = GaugeMetricFamily(
-            "feather_info", "Feather's policy in this engine", labels=["policy"]
-        )
+        info = GaugeMetricFamily(*INFO, labels=["policy"])
         for policy in sorted({s["policy"] for s in snaps}):
             info.add_metric([policy], 1.0)
         yield info
@@ -202,10 +213,4 @@ def _groups_family(family_cls: Any, snaps: list[dict[str, Any]]) -> Any:
     for bound, n in zip([*(str(float(b)) for b in GROUP_BUCKETS), "+Inf"], counts):
         running += n
         cumulative.append((bound, running))
-    return family_cls(
-        "feather_batch_prefix_groups",
-        "Distinct prefix groups (first CHT chunks) among the running requests of each "
-        "scheduled batch",
-        buckets=cumulative,
-        sum_value=total,
-    )
+    return family_cls(*GROUPS, buckets=cumulative, sum_value=total)

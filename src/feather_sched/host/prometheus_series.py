@@ -20,7 +20,14 @@ import time
 from typing import Any
 
 from feather_sched.host.admission import HostStats
-from feather_sched.host.metrics import COUNTERS, GROUP_BUCKETS, PUBLISH_EVERY_S, counter_values
+from feather_sched.host.metrics import (
+    COUNTERS,
+    GROUP_BUCKETS,
+    GROUPS,
+    INFO,
+    counter_values,
+    publish_due,
+)
 
 __all__ = ["PrometheusSeries"]
 
@@ -39,20 +46,8 @@ class PrometheusSeries:
             name: Counter(f"feather_{name}", text, [label] if label else [], registry=None)
             for name, (text, label) in COUNTERS.items()
         }
-        self.groups = Histogram(
-            "feather_batch_prefix_groups",
-            "Distinct prefix groups (first CHT chunks) among the running requests of each "
-            "scheduled batch",
-            buckets=GROUP_BUCKETS,
-            registry=None,
-        )
-        info = Gauge(
-            "feather_info",
-            "Feather's policy in this engine",
-            ["policy"],
-            registry=None,
-            multiprocess_mode="max",
-        )
+        self.groups = Histogram(*GROUPS, buckets=GROUP_BUCKETS, registry=None)
+        info = Gauge(*INFO, ["policy"], registry=None, multiprocess_mode="max")
         info.labels(policy).set(1.0)
         for name, values in counter_values(HostStats(), 0).items():
             for key in values:  # every series shows from the start, at 0 (as vLLM's do)
@@ -70,7 +65,7 @@ class PrometheusSeries:
     def due(self, idle: bool) -> bool:
         """Whether to bring the counters up to date: a second has passed, or the engine just
         went idle with batches since the last update."""
-        return (idle and self._dirty) or time.monotonic() - self._last >= PUBLISH_EVERY_S
+        return publish_due(self._last, self._dirty, idle)
 
     def publish(self, stats: HostStats, holds: int) -> None:
         """Add to each counter what `stats` (and the KV gate's `holds`) gained since the last
