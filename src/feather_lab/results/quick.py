@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from feather_lab.bench.record import ALLOW_VAR, dirty_allowed
-from feather_lab.results.registry import load
+from feather_lab.results.registry import argv_of, load
 
 COMPARED = ("rows", "runs", "cells")
 TIMED = re.compile(r"(^|_)(us|ns|wall|cpu)(_|$)")
@@ -54,8 +54,7 @@ def argv(command: str, out: Path, record: str = "") -> list[str]:
             words[i] = str(out)
     if "--json" not in words and str(out) not in words:
         words += ["--json", str(out)]
-    head = [sys.executable, "-m", "feather_lab.cli"] if words[0] == "feather" else [sys.executable]
-    return head + words[1:]
+    return argv_of(shlex.join(words), sys.executable)
 
 
 def first_difference(old: object, new: object, at: str = "") -> str | None:
