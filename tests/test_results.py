@@ -135,8 +135,8 @@ def test_quick_sends_a_record_to_scratch_and_keeps_an_input_of_the_same_name() -
     assert len(found) >= 20 and all(p.command.split()[0] in ("feather", "python") for p in found)
 
 
-def test_refresh_replaces_only_a_record_re_made_identical(tmp_path: Path) -> None:
-    from feather_lab.results.quick import Piece, run_piece
+def test_refresh_replaces_only_a_record_re_made_identical_and_accept_any(tmp_path: Path) -> None:
+    from feather_lab.results.quick import Piece, QuickSpec, run_piece
 
     (tmp_path / "src").mkdir()
     maker = tmp_path / "make.py"
@@ -149,12 +149,63 @@ def test_refresh_replaces_only_a_record_re_made_identical(tmp_path: Path) -> Non
     record.write_text(json.dumps({"provenance": {"command": "old"}, "rows": [{"x": 1}]}))
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    differs = run_piece(Piece("r.json", "python make.py OUT 2"), tmp_path, scratch, write=True)
+    refresh = QuickSpec(tmp_path, refresh=True)
+    differs = run_piece(Piece("r.json", "python make.py OUT 2"), refresh, scratch)
     assert differs["verdict"] == "differs"
     assert json.loads(record.read_text())["provenance"]["command"] == "old"
-    same = run_piece(Piece("r.json", "python make.py OUT 1"), tmp_path, scratch, write=True)
+    same = run_piece(Piece("r.json", "python make.py OUT 1"), refresh, scratch)
     assert same["verdict"] == "identical"
     assert json.loads(record.read_text())["provenance"]["command"] == "python make.py OUT 1"
+    accept = QuickSpec(tmp_path, accept=True)
+    moved = run_piece(Piece("r.json", "python make.py OUT 3"), accept, scratch)
+    assert moved["verdict"] == "accepted" and "recorded 1, re-made 3" in moved["detail"]
+    assert json.loads(record.read_text())["rows"] == [{"x": 3}]
+
+
+def _repo_with_two_commits(tmp_path: Path) -> tuple[Path, str, str]:
+    import subprocess
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    code = tmp_path / "src" / "feather_sched" / "policies" / "p.py"
+    code.parent.mkdir(parents=True)
+    code.write_text("A = 1\n")
+    git("add", ".")
+    git("commit", "-qm", "policy")
+    made = git("rev-parse", "HEAD")
+    code.write_text("A = 1  # why\n")
+    git("commit", "-qam", "comment")
+    return tmp_path, made, git("rev-parse", "HEAD")
+
+
+def test_a_commit_declared_unchanged_does_not_age_a_record(tmp_path: Path) -> None:
+    from feather_lab.results import staleness
+
+    root, made, comment = _repo_with_two_commits(tmp_path)
+    record = "benchmarks/sim/r.json"
+    assert comment[:7] in (staleness.stale_reason(root, record, made) or "")
+    staleness.last_change.cache_clear()
+    staleness.unchanged_commits.cache_clear()
+    (root / "benchmarks").mkdir()
+    (root / "benchmarks" / "unchanged.toml").write_text(
+        f'[[commit]]\nid = "{comment}"\nwhy = "a comment"\n'
+    )
+    assert staleness.stale_reason(root, record, made) is None
+    staleness.last_change.cache_clear()
+    staleness.unchanged_commits.cache_clear()
+    (root / "benchmarks" / "unchanged.toml").write_text('[[commit]]\nid = "abc"\nwhy = ""\n')
+    try:
+        staleness.unchanged_commits(root)
+    except ValueError as err:
+        assert "40 hex digits" in str(err)
+    else:
+        raise AssertionError("a malformed entry must be refused")
+    staleness.unchanged_commits.cache_clear()
 
 
 def test_quick_leaves_machine_timed_fields_out_and_compares_simulated_times() -> None:

@@ -3,6 +3,7 @@ that re-make the records (simulated: --quick; real engines: --engines)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -69,6 +70,13 @@ def results_cmd(
         bool,
         typer.Option("--refresh", help="--quick: replace each record re-made identical."),
     ] = False,
+    accept: Annotated[
+        bool,
+        typer.Option("--accept", help="--quick: replace every record re-made, differing ones too."),
+    ] = False,
+    jobs: Annotated[
+        int, typer.Option("--jobs", help="--quick: pieces at once (default: CPU count).")
+    ] = 0,
     only: Annotated[
         str | None, typer.Option("--only", help="--engines: run this piece only.")
     ] = None,
@@ -93,8 +101,10 @@ def results_cmd(
     real-engine records (--engines)."""
     if check + quick + engines != 1:
         fail(ValueError("give exactly one of --check, --quick or --engines"))
-    if refresh and not quick:
-        fail(ValueError("--refresh goes with --quick"))
+    if (refresh or accept or jobs) and not quick:
+        fail(ValueError("--refresh, --accept and --jobs go with --quick"))
+    if jobs < 0:
+        fail(ValueError(f"--jobs {jobs}: give a count of 1 or more (0: one per CPU)"))
     if (only is not None or list_only) and not engines:
         fail(ValueError("--only and --list go with --engines"))
     if not (root / "benchmarks").is_dir():
@@ -105,9 +115,12 @@ def results_cmd(
     if engines:
         _engines(root.resolve(), only, list_only)
     if quick:
-        from feather_lab.results.quick import run_quick
+        from feather_lab.results.quick import QuickSpec, run_quick
 
-        raise typer.Exit(1 if run_quick(root.resolve(), write=refresh) else 0)
+        spec = QuickSpec(
+            root.resolve(), jobs=jobs or os.cpu_count() or 1, refresh=refresh, accept=accept
+        )
+        raise typer.Exit(1 if run_quick(spec) else 0)
     from feather_lab.results.check import CheckSpec, run_check
 
     spec = CheckSpec(root.resolve(), tuple(d.resolve() for d in docs or ()), allow_stale)

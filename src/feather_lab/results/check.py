@@ -15,7 +15,7 @@ from pathlib import Path
 from feather_lab.results.figures import Mismatch, check_docs
 from feather_lab.results.provenance import read_provenance, records
 from feather_lab.results.registry import REGISTRY, load
-from feather_lab.results.staleness import stale_reason
+from feather_lab.results.staleness import stale_reason, unchanged_commits
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,11 @@ def run_check(spec: CheckSpec) -> CheckReport:
     docs = list(spec.docs or default_docs(spec.root))
     report.figures, report.mismatches = check_docs(docs, spec.root)
     commands = _registered(spec.root, report)
+    try:
+        unchanged_commits(spec.root)
+    except ValueError as err:
+        report.registry.append(str(err))
+        return report
     for path in records(spec.root):
         prov = read_provenance(path, spec.root)
         if prov is None:

@@ -2,8 +2,10 @@
 
 The simulator is deterministic, so a record re-made with the command it names must come out
 with the same rows; where it does not, the first differing value is named. Each record is
-one piece, run in its own process into a scratch file; the summary is rewritten after every
-piece, so a piece that fails or a run that stops keeps what finished.
+one piece, run in its own process into a scratch file, as many at once as `jobs`; the
+summary is rewritten after every piece, so a piece that fails or a run that stops keeps what
+finished. `refresh` replaces each identical record by its re-made copy (fresh provenance);
+`accept` replaces the differing ones too, after a change meant to move them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,7 +101,17 @@ def refresh(record: Path, remade: dict, command: str) -> None:
     record.write_text(json.dumps(remade, indent=2) + "\n")
 
 
-def run_piece(piece: Piece, root: Path, scratch: Path, write: bool = False) -> dict:
+@dataclass(frozen=True)
+class QuickSpec:
+    root: Path
+    summary: Path = Path("results-quick.json")
+    jobs: int = 1
+    refresh: bool = False
+    accept: bool = False
+
+
+def run_piece(piece: Piece, spec: QuickSpec, scratch: Path) -> dict:
+    root = spec.root
     out = scratch / Path(piece.record).name
     started = time.monotonic()
     env = {"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"}
@@ -116,9 +129,11 @@ def run_piece(piece: Piece, root: Path, scratch: Path, write: bool = False) -> d
         return {**result, "verdict": "failed", "detail": done.stderr.strip()[-400:]}
     remade = json.loads(out.read_text())
     diff = compare(json.loads((root / piece.record).read_text()), remade)
-    if write and diff is None:
+    verdict = "identical" if diff is None else "differs"
+    if spec.accept or (spec.refresh and diff is None):
         refresh(root / piece.record, remade, piece.command)
-    return {**result, "verdict": "identical" if diff is None else "differs", "detail": diff}
+        verdict = verdict if diff is None else "accepted"
+    return {**result, "verdict": verdict, "detail": diff}
 
 
 def _changed_plots(root: Path) -> set[str]:
@@ -134,32 +149,38 @@ def _changed_plots(root: Path) -> set[str]:
     return {line[3:] for line in out.splitlines() if line[3:].endswith(PLOTS)}
 
 
-def run_quick(
-    root: Path, summary: Path = Path("results-quick.json"), write: bool = False
-) -> bool:
-    """Re-make every piece, printing progress with an ETA; True when any differs or fails.
-    With `write`, each record re-made identical is replaced by its copy (fresh provenance)."""
+def run_quick(spec: QuickSpec) -> bool:
+    """Re-make every piece, printing progress with an ETA; True when any differs or fails
+    (an accepted difference counts as settled)."""
+    root = spec.root
     todo = pieces(root)
     plots_before = _changed_plots(root)
-    results: list[dict] = []
+    done: dict[str, dict] = {}
     began = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, piece in enumerate(todo):
-            result = run_piece(piece, root, Path(tmp), write)
-            results.append(result)
-            summary.write_text(json.dumps(results, indent=2) + "\n")
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(spec.jobs) as pool:
+        running = {pool.submit(run_piece, p, spec, Path(tmp)): p for p in todo}
+        for future in as_completed(running):
+            piece, result = running[future], future.result()
+            done[piece.record] = result
+            ordered = [done[p.record] for p in todo if p.record in done]
+            spec.summary.write_text(json.dumps(ordered, indent=2) + "\n")
             spent = time.monotonic() - began
-            eta = spent / (i + 1) * (len(todo) - i - 1)
+            eta = spent / len(done) * (len(todo) - len(done))
             print(
-                f"[{i + 1}/{len(todo)}] {result['verdict']:<9} {piece.record} "
+                f"[{len(done)}/{len(todo)}] {result['verdict']:<9} {piece.record} "
                 f"({result['seconds']} s; ETA {eta / 60:.1f} min)",
                 flush=True,
             )
-            if result["verdict"] != "identical":
+            if result["detail"]:
                 print(f"    {result['detail']}", flush=True)
     redrawn = sorted(_changed_plots(root) - plots_before)
     if redrawn:  # a piece that draws beside its record: the tracked plot stays as committed
         subprocess.run(["git", "checkout", "--", *redrawn], cwd=root, check=False)
-    bad = [r for r in results if r["verdict"] != "identical"]
-    print(f"{len(results) - len(bad)} of {len(results)} identical; summary in {summary}")
+    bad = [r for r in done.values() if r["verdict"] not in ("identical", "accepted")]
+    same = sum(r["verdict"] == "identical" for r in done.values())
+    print(
+        f"{same} of {len(done)} identical, {len(done) - same - len(bad)} accepted, "
+        f"{len(bad)} differing or failed; {time.monotonic() - began:.0f} s; "
+        f"summary in {spec.summary}"
+    )
     return bool(bad)

@@ -2,14 +2,25 @@
 
 What each benchmarks/ folder measures is a set of source paths; a record is stale when a
 commit that touched them is not in the record's own commit (or, for a record that names no
-commit, is newer than the commit that last wrote the record file).
+commit, is newer than the commit that last wrote the record file). A commit that touched
+those paths without changing any decision (metrics, docstrings, a split that the simulator
+check found identical) is declared in benchmarks/unchanged.toml with its reason, and does
+not age a record.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 from functools import cache
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+UNCHANGED = Path("benchmarks/unchanged.toml")
 
 DECISIONS = ("src/feather_sched/policies", "src/feather_sched/host", "src/feather_sched/cost")
 MEASURES: dict[str, tuple[str, ...]] = {
@@ -42,9 +53,29 @@ def _git(root: Path, *args: str) -> str:
 
 
 @cache
+def unchanged_commits(root: Path) -> frozenset[str]:
+    """The commits declared in benchmarks/unchanged.toml; ValueError naming an entry that is
+    not a full commit hash of this history or gives no reason."""
+    path = root / UNCHANGED
+    if not path.is_file():
+        return frozenset()
+    found = set()
+    for i, raw in enumerate(tomllib.loads(path.read_text(encoding="utf-8")).get("commit", [])):
+        commit, why = str(raw.get("id", "")), str(raw.get("why", "")).strip()
+        if not re.fullmatch(r"[0-9a-f]{40}", commit) or not why:
+            raise ValueError(f"{UNCHANGED} commit {i}: needs `id` (40 hex digits) and `why`")
+        if _git(root, "cat-file", "-t", commit) != "commit":
+            raise ValueError(f"{UNCHANGED} commit {i}: {commit} is not a commit of this history")
+        found.add(commit)
+    return frozenset(found)
+
+
+@cache
 def last_change(root: Path, paths: tuple[str, ...]) -> str:
-    """The newest commit that touched any of `paths`."""
-    return _git(root, "log", "-1", "--format=%H", "--", *paths)
+    """The newest commit that touched any of `paths` and is not declared unchanged."""
+    skip = unchanged_commits(root)
+    log = _git(root, "log", "--format=%H", "--", *paths).splitlines()
+    return next((c for c in log if c not in skip), "")
 
 
 @cache
