@@ -22,16 +22,17 @@ __all__ = ["ENGINE_MODELS", "KV_BOUND", "TINY_LLAMA", "TinyLlamaSpec", "build_ti
 @dataclass(frozen=True)
 class TinyLlamaSpec:
     """A Llama shape to write with random weights; `of_profile` reads the built-in model
-    profile of the same name, so the cost model and the engine model cannot drift apart."""
+    profile of the same name, so the cost model and the engine model cannot drift apart (the
+    shape has no defaults of its own: the profiles in `cost/profiles/models.json` hold them)."""
 
-    num_layers: int = 2
-    hidden_size: int = 128
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 256
-    vocab_size: int = 512
-    max_position_embeddings: int = 4096
-    dtype: str = "float32"
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    dtype: str
     seed: int = 0
     eos_terminals: int = 0
     """0: plain random weights (greedy outputs rarely or never reach EOS). N > 0: the weights

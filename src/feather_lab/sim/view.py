@@ -15,11 +15,12 @@ from feather_lab.sim.state import RunState, SimSeq, request_fields
 from feather_sched.cost.step_model import StepCostModel
 from feather_sched.host.admission import Hosted, PolicyHost
 from feather_sched.host.tracker import RequestTracker, chunk_blocks
+from feather_sched.index.records import QueueSizes
 from feather_sched.policies.base import Policy
 from feather_sched.request import Request
 
 
-class SimView(Hosted):
+class SimView(QueueSizes, Hosted):
     """The engine's queues, clock, KV cache and CHT tracker, read through the policy's view."""
 
     _run: RunState
@@ -56,14 +57,6 @@ class SimView(Hosted):
     @property
     def now(self) -> float:
         return self._now
-
-    @property
-    def num_running(self) -> int:
-        return len(self._running)
-
-    @property
-    def num_waiting(self) -> int:
-        return len(self._waiting)
 
     def waiting_ids(self) -> Iterator[str]:
         return iter(self._waiting)

@@ -32,6 +32,7 @@ from feather_sched.index.records import (  # noqa: F401 (re-exported, as the cha
     CHTError,
     DuplicateRequestError,
     InvalidTransitionError,
+    QueueSizes,
     RequestState,
     UnknownRequestError,
 )
@@ -39,14 +40,15 @@ from feather_sched.index.records import (  # noqa: F401 (re-exported, as the cha
 _ABSENT = object()
 
 
-class ChunkedHashTree(PrefixQueries, HotKeys):
+class ChunkedHashTree(QueueSizes, PrefixQueries, HotKeys):
     """Prefix index over waiting and running requests, keyed by chained chunk digests.
 
     Keys live in a path-compressed tree (`ChainStore`); a request is one leaf pointer. Per
     node: the ordered set of its waiting holders and a count of its running holders. This
     class owns membership and the transitions (arrival, admission, preemption, finish), each
     touching every node on the request's path once: O(b), b = the divergence points on its
-    chain, never O(chunks). Queries are in `PrefixQueries`, best matches in `HotKeys`.
+    chain, never O(chunks). Queries are in `PrefixQueries`, best matches in `HotKeys`, the
+    queue sizes in `QueueSizes`.
     """
 
     def __init__(self, chunk_size: int = 64) -> None:
@@ -76,14 +78,6 @@ class ChunkedHashTree(PrefixQueries, HotKeys):
 
     def __contains__(self, request_id: object) -> bool:
         return request_id in self._leaf
-
-    @property
-    def num_waiting(self) -> int:
-        return len(self._waiting)
-
-    @property
-    def num_running(self) -> int:
-        return len(self._running)
 
     @property
     def num_running_roots(self) -> int:

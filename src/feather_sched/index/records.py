@@ -1,10 +1,13 @@
-"""What the CHT's queries and errors name: a request's state, a proposed candidate, and the
-index's misuse errors (kept apart from the tree itself, index/cht.py, which re-exports them)."""
+"""What the CHT's queries and errors name: a request's state, a proposed candidate, the
+index's misuse errors, and the queue sizes of a holder of waiting and running requests (kept
+apart from the tree itself, index/cht.py, which re-exports them)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 
 class CHTError(LookupError):
@@ -29,6 +32,23 @@ class InvalidTransitionError(CHTError, ValueError):
 class RequestState(Enum):
     WAITING = "waiting"
     RUNNING = "running"
+
+
+class QueueSizes:
+    """`num_waiting` and `num_running` of a holder that keeps its waiting and its running
+    requests in two maps by id (the CHT, the simulator's view): the two counts every
+    `SchedulerView` offers, defined once for the holders that count their own maps."""
+
+    _waiting: Mapping[str, Any]
+    _running: Mapping[str, Any]
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
 
 
 @dataclass(frozen=True, slots=True)
