@@ -110,4 +110,3 @@ class HardwareProfile(ProfileIO):
     def label(self) -> str:
         """`name (provenance)`, as bench headers and listings show a profile."""
         return f"{self.name} ({self.provenance})"
-

@@ -54,8 +54,7 @@ INFO = ("feather_info", "Feather's policy in this engine")
 """The info gauge's name and help: 1, labelled with the policy."""
 GROUPS = (
     "feather_batch_prefix_groups",
-    "Distinct prefix groups (first CHT chunks) among the running requests of each "
-    "scheduled batch",
+    "Distinct prefix groups (first CHT chunks) among the running requests of each scheduled batch",
 )
 """The prefix-groups-per-batch histogram's name and help."""
 
