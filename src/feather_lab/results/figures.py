@@ -5,9 +5,10 @@ A figure carries an HTML comment right after it that names its source:
     2.84x<!-- record: benchmarks/replay/kv-pressure.json ab.kv-pressure.ratio .2f -->
 
 The comment gives the record (a path from the repository root), the JSON path of the value
-(dots and `[i]`; `A / B` divides two values of the same record) and the format spec it is
-printed with. `median(E, ...)`, `min(...)`, `max(...)` combine such values, and a range
-quoted as `0.97-1.02` is marked `range(E, ...)` (its lowest and highest value):
+(dots, `[i]`, and `[key=value,...]` for the one row with those fields; `A / B` divides two
+values of the same record) and the format spec it is printed with. `median(E, ...)`,
+`min(...)`, `max(...)` combine such values, and a range quoted as `0.97-1.02` is marked
+`range(E, ...)` (its lowest and highest value):
 
     0.97-1.02<!-- record: r.json range(median(a / b, c / d), median(e / f, g / h)) .2f -->
 
@@ -34,7 +35,7 @@ MARK = re.compile(
 NAMES = Path("benchmarks/figures.toml")
 NUMBER = re.compile(r"(?P<num>(?:[\d,]*\.?\d+-)?-?[\d,]*\.?\d+)(?P<unit>[x%]?)\s*$")
 CALL = re.compile(r"^(?P<name>median|min|max|range)\((?P<args>.*)\)$")
-STEP = re.compile(r"\.?([^.\[\]]+)|\[(-?\d+)\]")
+STEP = re.compile(r"\.?([^.\[\]]+)|\[(-?\d+)\]|\[([^\]]*=[^\]]*)\]")
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,7 @@ def find_figures(doc: Path, root: Path) -> list[Figure]:
         before = NUMBER.search(text[: m.start()])
         quoted = before.group("num") if before else ""
         line = text.count("\n", 0, m.start()) + 1
-        name = (
-            str(doc.resolve().relative_to(root.resolve()))
-            if doc.resolve().is_relative_to(root.resolve())
-            else str(doc)
-        )
+        name = doc_name(doc, root)
         if m["name"] is None:
             out.append(Figure(name, line, quoted, m["path"], m["expr"], m["spec"]))
         else:
@@ -81,6 +78,13 @@ def find_figures(doc: Path, root: Path) -> list[Figure]:
             value, spec = src.get("value", ""), src.get("format", "")
             out.append(Figure(name, line, quoted, src["record"], value, spec))
     return out
+
+
+def doc_name(doc: Path, root: Path) -> str:
+    """`doc` as a report names it: from the repository root where it lies inside it."""
+    if doc.resolve().is_relative_to(root.resolve()):
+        return str(doc.resolve().relative_to(root.resolve()))
+    return str(doc)
 
 
 def named(root: Path) -> dict[str, dict[str, str]]:
@@ -92,10 +96,13 @@ def named(root: Path) -> dict[str, dict[str, str]]:
 
 
 def lookup(data: object, path: str) -> object:
-    """The value at `path` (`rows[3].ratio`, `config.git_commit`) in a loaded record."""
+    """The value at `path` (`rows[3].ratio`, `config.git_commit`,
+    `rows[workload=paper-5g,policy=fcfs].output_tok_s`) in a loaded record."""
     value = data
-    for key, index in STEP.findall(path.strip()):
-        if index:
+    for key, index, where in STEP.findall(path.strip()):
+        if where:
+            value = select(value, where)  # type: ignore[arg-type]
+        elif index:
             value = value[int(index)]  # type: ignore[index]
         elif isinstance(value, list) and key.isdigit():
             value = value[int(key)]
@@ -104,11 +111,23 @@ def lookup(data: object, path: str) -> object:
     return value
 
 
+def select(rows: list[dict], where: str) -> dict:
+    """The one row of `rows` whose fields equal each `key=value` of `where` (as text), so a
+    mark names its row by what it is rather than by its place in the list."""
+    pairs = [p.split("=", 1) for p in where.split(",")]
+    found = [
+        r for r in rows if all(k.strip() in r and str(r[k.strip()]) == v.strip() for k, v in pairs)
+    ]
+    if len(found) != 1:
+        raise KeyError(f"[{where}]: {len(found)} rows match, not 1")
+    return found[0]
+
+
 def _split(args: str) -> list[str]:
     """`args` split at its top-level commas."""
     out, depth, start = [], 0, 0
     for i, ch in enumerate(args):
-        depth += {"(": 1, ")": -1}.get(ch, 0)
+        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(ch, 0)
         if ch == "," and depth == 0:
             out.append(args[start:i])
             start = i + 1
