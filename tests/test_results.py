@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from feather_lab.cli import app
 from feather_lab.results.blocks import check_tables
 from feather_lab.results.check import default_docs
-from feather_lab.results.figures import check_docs, find_figures, lookup
+from feather_lab.results.figures import check_docs, evaluate, find_figures, lookup, render
 from feather_lab.results.tables import TABLES, Table, markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -233,6 +233,10 @@ def test_a_row_is_named_by_its_fields() -> None:
     assert lookup(data, "rows[w=a,p=y].v") == 2
     with pytest.raises(KeyError, match="2 rows match"):
         lookup(data, "rows[w=a].v")
+    assert evaluate(data, "min(rows[*].v / rows[p=y].v)") == 0.5
+    assert evaluate(data, "range(rows[*].v)") == (1.0, 2.0)
+    with pytest.raises(ValueError, match="outside"):
+        render(evaluate(data, "rows[*].v"), ".2f")
 
 
 def _gain_table(record: dict) -> str:
