@@ -228,6 +228,12 @@ def test_an_unknown_figure_name_is_reported(tmp_path: Path) -> None:
     assert checked == 1 and "no figure 'nowhere'" in bad[0].reason
 
 
+def test_the_repository_tables_match_their_records() -> None:
+    checked, bad = check_tables(DOCS, ROOT)
+    assert checked >= 9, "benchmarks/sim and benchmarks/feather render their tables"
+    assert bad == [], "\n".join(map(str, bad))
+
+
 def test_a_row_is_named_by_its_fields() -> None:
     data = {"rows": [{"w": "a", "p": "x", "v": 1}, {"w": "a", "p": "y", "v": 2}]}
     assert lookup(data, "rows[w=a,p=y].v") == 2
@@ -235,6 +241,10 @@ def test_a_row_is_named_by_its_fields() -> None:
         lookup(data, "rows[w=a].v")
     assert evaluate(data, "min(rows[*].v / rows[p=y].v)") == 0.5
     assert evaluate(data, "range(rows[*].v)") == (1.0, 2.0)
+    data["rows"].append({"w": "b"})  # a row without `v` is passed over, not an error
+    assert evaluate(data, "max(rows[*].v)") == 2.0
+    with pytest.raises(KeyError, match="no element has"):
+        lookup(data, "rows[*].u")
     with pytest.raises(ValueError, match="outside"):
         render(evaluate(data, "rows[*].v"), ".2f")
 

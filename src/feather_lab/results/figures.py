@@ -98,14 +98,15 @@ def named(root: Path) -> dict[str, dict[str, str]]:
 def lookup(data: object, path: str) -> object:
     """The value at `path` (`rows[3].ratio`, `config.git_commit`,
     `rows[workload=paper-5g,policy=fcfs].output_tok_s`) in a loaded record; after `[*]` the
-    rest of the path is read in every element, giving a list (for min, max, median, range)."""
+    rest of the path is read in every element that has it, giving a list (for min, max,
+    median, range)."""
     return _walk(data, STEP.findall(path.strip()))
 
 
 def _walk(value: object, steps: list[tuple[str, str, str]]) -> object:
     for i, (key, index, where) in enumerate(steps):
         if where == "*":
-            return [_walk(v, steps[i + 1 :]) for v in value]  # type: ignore[attr-defined]
+            return _every(value, steps[i + 1 :])  # type: ignore[arg-type]
         if where:
             value = select(value, where)  # type: ignore[arg-type]
         elif index:
@@ -115,6 +116,20 @@ def _walk(value: object, steps: list[tuple[str, str, str]]) -> object:
         else:
             value = value[key]  # type: ignore[index]
     return value
+
+
+def _every(items: list, steps: list[tuple[str, str, str]]) -> list:
+    """The rest of the path read in every element that has it (rows of one record often differ
+    in their fields); none having it is an error."""
+    found = []
+    for item in items:
+        try:
+            found.append(_walk(item, steps))
+        except (KeyError, IndexError, TypeError):
+            continue
+    if not found:
+        raise KeyError(f"[*]: no element has {''.join(k or i or w for k, i, w in steps)!r}")
+    return found
 
 
 def select(rows: list[dict], where: str) -> dict:
