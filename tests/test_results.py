@@ -283,12 +283,16 @@ def test_a_drifted_table_fails_by_name_and_render_rewrites_it(gain_table: Path) 
 
 def test_an_unknown_or_unclosed_table_is_reported(gain_table: Path) -> None:
     readme = gain_table / "README.md"
-    readme.write_text("<!-- table: nowhere -->\n| a |\n<!-- /table -->\n<!-- table: t-gain -->\n")
+    readme.write_text(
+        "<!-- table: nowhere -->\n| a |\n<!-- /table -->\n"
+        "A block opens with `<!-- table: NAME -->` on a line of its own.\n"  # quoted: no block
+        "<!-- table: t-gain -->\n"
+    )
     checked, bad = check_tables([readme], gain_table)
     assert checked == 2
     assert [str(b) for b in bad] == [
         "README.md:1: table 'nowhere': no such table (feather_lab.results.tables names them)",
-        "README.md:4: table 't-gain': no <!-- /table --> closes it",
+        "README.md:5: table 't-gain': no <!-- /table --> closes it",
     ]
     rendered = CliRunner().invoke(app, ["results", "--render", "--root", str(gain_table)])
     assert rendered.exit_code == 1 and "table 'nowhere'" in rendered.output

@@ -1,7 +1,8 @@
 """Tables in docs rendered from their records.
 
 A table that quotes records is written as a block whose content a named renderer
-(feather_lab.results.tables) makes from those records:
+(feather_lab.results.tables) makes from those records, each mark on a line of its own (so a
+mark quoted inside a sentence is no block):
 
     <!-- table: sim-suite-h200 -->
     | workload | fcfs | ... |
@@ -24,8 +25,9 @@ from pathlib import Path
 from feather_lab.results.figures import doc_name
 from feather_lab.results.tables import TABLES, render_table
 
-OPEN = re.compile(r"<!--\s*table:\s*(?P<name>[\w.+-]+)\s*-->")
+OPEN = re.compile(r"^<!--\s*table:\s*(?P<name>[\w.+-]+)\s*-->[ \t]*$", re.M)
 CLOSE = "<!-- /table -->"
+CLOSING = re.compile(r"^<!--\s*/table\s*-->[ \t]*$", re.M)
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,8 @@ def find_blocks(doc: Path, root: Path) -> list[Block]:
     text = doc.read_text(encoding="utf-8")
     out = []
     for m in OPEN.finditer(text):
-        end = text.find(CLOSE, m.end())
+        close = CLOSING.search(text, m.end())
+        end = close.start() if close else -1
         after = OPEN.search(text, m.end())
         if after is not None and (end < 0 or after.start() < end):
             end = -1
