@@ -1,4 +1,4 @@
-"""`feather results --check`: each quoted figure against the record it names."""
+"""`feather results --check`: each quoted figure and rendered table against its records."""
 
 from __future__ import annotations
 
@@ -6,13 +6,17 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from feather_lab.cli import app
-from feather_lab.results.figures import check_docs, find_figures
+from feather_lab.results.blocks import check_tables
+from feather_lab.results.check import default_docs
+from feather_lab.results.figures import check_docs, evaluate, find_figures, lookup, render
+from feather_lab.results.tables import TABLES, Table, markdown
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = list(default_docs(ROOT))
 
 
 def test_the_repository_figures_match_their_records() -> None:
@@ -222,3 +226,73 @@ def test_an_unknown_figure_name_is_reported(tmp_path: Path) -> None:
     doc.write_text("1.50<!-- figure: nowhere -->x\n")
     checked, bad = check_docs([doc], tmp_path)
     assert checked == 1 and "no figure 'nowhere'" in bad[0].reason
+
+
+def test_the_repository_tables_match_their_records() -> None:
+    checked, bad = check_tables(DOCS, ROOT)
+    assert checked >= 9, "benchmarks/sim and benchmarks/feather render their tables"
+    assert bad == [], "\n".join(map(str, bad))
+
+
+def test_a_row_is_named_by_its_fields() -> None:
+    data = {"rows": [{"w": "a", "p": "x", "v": 1}, {"w": "a", "p": "y", "v": 2}]}
+    assert lookup(data, "rows[w=a,p=y].v") == 2
+    with pytest.raises(KeyError, match="2 rows match"):
+        lookup(data, "rows[w=a].v")
+    assert evaluate(data, "min(rows[*].v / rows[p=y].v)") == 0.5
+    assert evaluate(data, "range(rows[*].v)") == (1.0, 2.0)
+    data["rows"].append({"w": "b"})  # a row without `v` is passed over, not an error
+    assert evaluate(data, "max(rows[*].v)") == 2.0
+    with pytest.raises(KeyError, match="no element has"):
+        lookup(data, "rows[*].u")
+    with pytest.raises(ValueError, match="outside"):
+        render(evaluate(data, "rows[*].v"), ".2f")
+
+
+def _gain_table(record: dict) -> str:
+    return markdown(["row", "gain"], "lr", [["ab", f"{record['ab'][0]['b_over_a']:.2f}"]])
+
+
+BLOCK = "intro\n<!-- table: t-gain -->\n| row | gain |\n|---|---:|\n| ab | {} |\n<!-- /table -->\n"
+
+
+@pytest.fixture
+def gain_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A tree whose README renders the table `t-gain` from benchmarks/t/r.json (2.837)."""
+    monkeypatch.setitem(TABLES, "t-gain", Table("t-gain", ("benchmarks/t/r.json",), _gain_table))
+    _tree(tmp_path, "2.84")
+    return tmp_path
+
+
+def test_a_drifted_table_fails_by_name_and_render_rewrites_it(gain_table: Path) -> None:
+    readme = gain_table / "README.md"
+    readme.write_text(BLOCK.format("2.80"))
+    runner = CliRunner()
+    check = ["results", "--check", "--root", str(gain_table)]
+    failed = runner.invoke(app, check)
+    assert failed.exit_code == 1, failed.output
+    assert "TABLE README.md:2: table 't-gain': line 5 reads '| ab | 2.80 |'" in failed.output
+    rendered = runner.invoke(app, ["results", "--render", "--root", str(gain_table)])
+    assert rendered.exit_code == 0, rendered.output
+    assert "rendered README.md:2: table 't-gain'" in rendered.output
+    assert readme.read_text() == BLOCK.format("2.84")
+    assert runner.invoke(app, check).exit_code == 0
+    again = runner.invoke(app, ["results", "--render", "--root", str(gain_table)])
+    assert "0 tables rewritten" in again.output
+
+
+def test_an_unknown_or_unclosed_table_is_reported(gain_table: Path) -> None:
+    readme = gain_table / "README.md"
+    readme.write_text(
+        "<!-- table: nowhere -->\n| a |\n<!-- /table -->\n"
+        "A block opens with `<!-- table: NAME -->` on a line of its own.\n"  # quoted: no block
+        "<!-- table: t-gain -->\n"
+    )
+    checked, bad = check_tables([readme], gain_table)
+    assert checked == 2
+    assert [str(b) for b in bad] == [
+        "README.md:1: table 'nowhere': no such table (feather_lab.results.tables names them)",
+        "README.md:5: table 't-gain': no <!-- /table --> closes it",
+    ]
+    rendered = CliRunner().invoke(app, ["results", "--render", "--root", str(gain_table)])
+    assert rendered.exit_code == 1 and "table 'nowhere'" in rendered.output

@@ -1,5 +1,6 @@
-"""`feather results`: every published figure checked against its record, and the commands
-that re-make the records (simulated: --quick; real engines: --engines)."""
+"""`feather results`: every published figure and table checked against its records, tables
+rendered from them, and the commands that re-make the records (simulated: --quick; real
+engines: --engines)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ def _print_report(report, spec, verbose: bool) -> None:
     )
     for m in report.mismatches:
         print(f"  MISMATCH {m}")
+    print(
+        f"{report.tables} tables checked against their rendering, "
+        f"{len(report.table_problems)} differ"
+    )
+    for problem in report.table_problems:
+        print(f"  TABLE {problem}")
     for problem in report.registry:
         print(f"  REGISTRY {problem}")
     fails = not spec.allow_stale
@@ -57,50 +64,65 @@ def _engines(root: Path, only: str | None, list_only: bool) -> None:
     raise typer.Exit(1 if run_engines(root, todo, Path("results-engines.json")) else 0)
 
 
+def _render(root: Path, docs: list[Path]) -> None:
+    """Rewrite every table block of `docs` from its records and say which changed."""
+    from feather_lab.results.blocks import render_docs
+
+    changed, problems = render_docs(docs, root)
+    for block in changed:
+        print(f"  rendered {block.doc}:{block.line}: table {block.name!r}")
+    for problem in problems:
+        print(f"  TABLE {problem}")
+    print(f"{len(changed)} tables rewritten from their records, {len(problems)} not renderable")
+    raise typer.Exit(1 if problems else 0)
+
+
+def _flag(name: str, text: str) -> object:
+    return Annotated[bool, typer.Option(name, help=text)]
+
+
+Check = _flag("--check", "Check figures, tables, provenance, age.")
+Render = _flag("--render", "Rewrite every table block from its records.")
+Quick = _flag("--quick", "Re-make the simulated records and compare.")
+Engines = _flag("--engines", "Re-make the real-engine records (hours).")
+Refresh = _flag("--refresh", "--quick: replace each record re-made identical.")
+Accept = _flag("--accept", "--quick: replace every record re-made, differing ones too.")
+Jobs = Annotated[int, typer.Option("--jobs", help="--quick: pieces at once (default: CPU count).")]
+Only = Annotated[str | None, typer.Option("--only", help="--engines: run this piece only.")]
+ListOnly = _flag("--list", "--engines: list the pieces and their time.")
+Docs = Annotated[
+    list[Path] | None,
+    typer.Option("--doc", help="A doc to check (default: README, docs/, benchmarks/)."),
+]
+Root = Annotated[Path, typer.Option(help="The repository root.")]
+AllowStale = _flag(
+    "--allow-stale", "--check: report stale, incomplete and dirty records without failing."
+)
+Verbose = _flag("--verbose", "List every record.")
+
+
 @app.command("results")
 def results_cmd(
-    check: Annotated[bool, typer.Option("--check", help="Check figures, provenance, age.")] = False,
-    quick: Annotated[
-        bool, typer.Option("--quick", help="Re-make the simulated records and compare.")
-    ] = False,
-    engines: Annotated[
-        bool, typer.Option("--engines", help="Re-make the real-engine records (hours).")
-    ] = False,
-    refresh: Annotated[
-        bool,
-        typer.Option("--refresh", help="--quick: replace each record re-made identical."),
-    ] = False,
-    accept: Annotated[
-        bool,
-        typer.Option("--accept", help="--quick: replace every record re-made, differing ones too."),
-    ] = False,
-    jobs: Annotated[
-        int, typer.Option("--jobs", help="--quick: pieces at once (default: CPU count).")
-    ] = 0,
-    only: Annotated[
-        str | None, typer.Option("--only", help="--engines: run this piece only.")
-    ] = None,
-    list_only: Annotated[
-        bool, typer.Option("--list", help="--engines: list the pieces and their time.")
-    ] = False,
-    docs: Annotated[
-        list[Path] | None, typer.Option("--doc", help="A doc to check (default: README, docs/).")
-    ] = None,
-    root: Annotated[Path, typer.Option(help="The repository root.")] = Path("."),
-    allow_stale: Annotated[
-        bool,
-        typer.Option(
-            "--allow-stale",
-            help="--check: report stale, incomplete and dirty records without failing.",
-        ),
-    ] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", help="List every record.")] = False,
+    check: Check = False,
+    render: Render = False,
+    quick: Quick = False,
+    engines: Engines = False,
+    refresh: Refresh = False,
+    accept: Accept = False,
+    jobs: Jobs = 0,
+    only: Only = None,
+    list_only: ListOnly = False,
+    docs: Docs = None,
+    root: Root = Path("."),
+    allow_stale: AllowStale = False,
+    verbose: Verbose = False,
 ) -> None:
-    """Check every quoted figure against its record and every record's provenance and age
-    (--check), or re-make the simulated records and compare (--quick), or re-make the
-    real-engine records (--engines)."""
-    if check + quick + engines != 1:
-        fail(ValueError("give exactly one of --check, --quick or --engines"))
+    """Check every quoted figure and rendered table against its records and every record's
+    provenance and age (--check), or rewrite the tables from their records (--render), or
+    re-make the simulated records and compare (--quick), or re-make the real-engine records
+    (--engines)."""
+    if check + render + quick + engines != 1:
+        fail(ValueError("give exactly one of --check, --render, --quick or --engines"))
     if (refresh or accept or jobs) and not quick:
         fail(ValueError("--refresh, --accept and --jobs go with --quick"))
     if jobs < 0:
@@ -121,8 +143,10 @@ def results_cmd(
             root.resolve(), jobs=jobs or os.cpu_count() or 1, refresh=refresh, accept=accept
         )
         raise typer.Exit(1 if run_quick(spec) else 0)
-    from feather_lab.results.check import CheckSpec, run_check
+    from feather_lab.results.check import CheckSpec, default_docs, run_check
 
+    if render:
+        _render(root.resolve(), [d.resolve() for d in docs or default_docs(root.resolve())])
     spec = CheckSpec(root.resolve(), tuple(d.resolve() for d in docs or ()), allow_stale)
     report = run_check(spec)
     _print_report(report, spec, verbose)

@@ -1,10 +1,10 @@
-"""`feather results --check`: figures against records, records' provenance, staleness.
+"""`feather results --check`: figures and tables against records, records' provenance, staleness.
 
-A figure that differs from its record fails, and so does a registry (benchmarks/records.toml)
-that misses a record or names one that is gone. A record that does not name its command,
-commit, machine and date (nor has a command registered), was made from a dirty tree, or is
-older than the code it measures fails too, unless `allow_stale`: then those are listed and
-the check passes, while the older records wait to be re-made.
+A figure or a rendered table that differs from its records fails, and so does a registry
+(benchmarks/records.toml) that misses a record or names one that is gone. A record that does
+not name its command, commit, machine and date (nor has a command registered), was made from
+a dirty tree, or is older than the code it measures fails too, unless `allow_stale`: then
+those are listed and the check passes, while the older records wait to be re-made.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from feather_lab.results.blocks import TableProblem, check_tables
 from feather_lab.results.figures import Mismatch, check_docs
 from feather_lab.results.provenance import read_provenance, records
 from feather_lab.results.registry import REGISTRY, load
@@ -29,6 +30,8 @@ class CheckSpec:
 class CheckReport:
     figures: int = 0
     mismatches: list[Mismatch] = field(default_factory=list)
+    tables: int = 0
+    table_problems: list[TableProblem] = field(default_factory=list)
     registry: list[str] = field(default_factory=list)
     records: int = 0
     incomplete: list[str] = field(default_factory=list)
@@ -37,17 +40,21 @@ class CheckReport:
 
     def failed(self, spec: CheckSpec) -> bool:
         late = self.incomplete or self.dirty or self.stale
-        return bool(self.mismatches or self.registry or (late and not spec.allow_stale))
+        drift = self.mismatches or self.table_problems or self.registry
+        return bool(drift or (late and not spec.allow_stale))
 
 
 def default_docs(root: Path) -> tuple[Path, ...]:
-    return (root / "README.md", *sorted((root / "docs").glob("*.md")))
+    """The pages that quote records: the README, docs/ and every page under benchmarks/."""
+    pages = sorted((root / "benchmarks").rglob("*.md"))
+    return (root / "README.md", *sorted((root / "docs").glob("*.md")), *pages)
 
 
 def run_check(spec: CheckSpec) -> CheckReport:
     report = CheckReport()
     docs = list(spec.docs or default_docs(spec.root))
     report.figures, report.mismatches = check_docs(docs, spec.root)
+    report.tables, report.table_problems = check_tables(docs, spec.root)
     commands = _registered(spec.root, report)
     try:
         unchanged_commits(spec.root)

@@ -5,9 +5,10 @@ A figure carries an HTML comment right after it that names its source:
     2.84x<!-- record: benchmarks/replay/kv-pressure.json ab.kv-pressure.ratio .2f -->
 
 The comment gives the record (a path from the repository root), the JSON path of the value
-(dots and `[i]`; `A / B` divides two values of the same record) and the format spec it is
-printed with. `median(E, ...)`, `min(...)`, `max(...)` combine such values, and a range
-quoted as `0.97-1.02` is marked `range(E, ...)` (its lowest and highest value):
+(dots, `[i]`, `[key=value,...]` for the one row with those fields, `[*]` for every element;
+`A / B` divides two values of the same record) and the format spec it is printed with.
+`median(E, ...)`, `min(...)`, `max(...)` combine such values (`min(rows[*].ratio)`: over every
+row), and a range quoted as `0.97-1.02` is marked `range(E, ...)` (its lowest and highest):
 
     0.97-1.02<!-- record: r.json range(median(a / b, c / d), median(e / f, g / h)) .2f -->
 
@@ -34,7 +35,7 @@ MARK = re.compile(
 NAMES = Path("benchmarks/figures.toml")
 NUMBER = re.compile(r"(?P<num>(?:[\d,]*\.?\d+-)?-?[\d,]*\.?\d+)(?P<unit>[x%]?)\s*$")
 CALL = re.compile(r"^(?P<name>median|min|max|range)\((?P<args>.*)\)$")
-STEP = re.compile(r"\.?([^.\[\]]+)|\[(-?\d+)\]")
+STEP = re.compile(r"\.?([^.\[\]]+)|\[(-?\d+)\]|\[(\*|[^\]]*=[^\]]*)\]")
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,7 @@ def find_figures(doc: Path, root: Path) -> list[Figure]:
         before = NUMBER.search(text[: m.start()])
         quoted = before.group("num") if before else ""
         line = text.count("\n", 0, m.start()) + 1
-        name = (
-            str(doc.resolve().relative_to(root.resolve()))
-            if doc.resolve().is_relative_to(root.resolve())
-            else str(doc)
-        )
+        name = doc_name(doc, root)
         if m["name"] is None:
             out.append(Figure(name, line, quoted, m["path"], m["expr"], m["spec"]))
         else:
@@ -81,6 +78,13 @@ def find_figures(doc: Path, root: Path) -> list[Figure]:
             value, spec = src.get("value", ""), src.get("format", "")
             out.append(Figure(name, line, quoted, src["record"], value, spec))
     return out
+
+
+def doc_name(doc: Path, root: Path) -> str:
+    """`doc` as a report names it: from the repository root where it lies inside it."""
+    if doc.resolve().is_relative_to(root.resolve()):
+        return str(doc.resolve().relative_to(root.resolve()))
+    return str(doc)
 
 
 def named(root: Path) -> dict[str, dict[str, str]]:
@@ -92,10 +96,20 @@ def named(root: Path) -> dict[str, dict[str, str]]:
 
 
 def lookup(data: object, path: str) -> object:
-    """The value at `path` (`rows[3].ratio`, `config.git_commit`) in a loaded record."""
-    value = data
-    for key, index in STEP.findall(path.strip()):
-        if index:
+    """The value at `path` (`rows[3].ratio`, `config.git_commit`,
+    `rows[workload=paper-5g,policy=fcfs].output_tok_s`) in a loaded record; after `[*]` the
+    rest of the path is read in every element that has it, giving a list (for min, max,
+    median, range)."""
+    return _walk(data, STEP.findall(path.strip()))
+
+
+def _walk(value: object, steps: list[tuple[str, str, str]]) -> object:
+    for i, (key, index, where) in enumerate(steps):
+        if where == "*":
+            return _every(value, steps[i + 1 :])  # type: ignore[arg-type]
+        if where:
+            value = select(value, where)  # type: ignore[arg-type]
+        elif index:
             value = value[int(index)]  # type: ignore[index]
         elif isinstance(value, list) and key.isdigit():
             value = value[int(key)]
@@ -104,27 +118,60 @@ def lookup(data: object, path: str) -> object:
     return value
 
 
+def _every(items: list, steps: list[tuple[str, str, str]]) -> list:
+    """The rest of the path read in every element that has it (rows of one record often differ
+    in their fields); none having it is an error."""
+    found = []
+    for item in items:
+        try:
+            found.append(_walk(item, steps))
+        except (KeyError, IndexError, TypeError):
+            continue
+    if not found:
+        raise KeyError(f"[*]: no element has {''.join(k or i or w for k, i, w in steps)!r}")
+    return found
+
+
+def select(rows: list[dict], where: str) -> dict:
+    """The one row of `rows` whose fields equal each `key=value` of `where` (as text), so a
+    mark names its row by what it is rather than by its place in the list."""
+    pairs = [p.split("=", 1) for p in where.split(",")]
+    found = [
+        r for r in rows if all(k.strip() in r and str(r[k.strip()]) == v.strip() for k, v in pairs)
+    ]
+    if len(found) != 1:
+        raise KeyError(f"[{where}]: {len(found)} rows match, not 1")
+    return found[0]
+
+
 def _split(args: str) -> list[str]:
     """`args` split at its top-level commas."""
     out, depth, start = [], 0, 0
     for i, ch in enumerate(args):
-        depth += {"(": 1, ")": -1}.get(ch, 0)
+        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(ch, 0)
         if ch == "," and depth == 0:
             out.append(args[start:i])
             start = i + 1
     return [a.strip() for a in [*out, args[start:]]]
 
 
-def evaluate(data: object, expr: str) -> float | tuple[float, float]:
+Value = float | tuple[float, float] | list[float]
+
+
+def evaluate(data: object, expr: str) -> Value:
     """`A`, `A / B` (JSON paths into the same record) or a call of median, min, max or
-    range over such expressions; range gives (lowest, highest)."""
+    range over such expressions; range gives (lowest, highest), and a path through `[*]`
+    gives a list, which only a call may take."""
     expr = expr.strip()
     call = CALL.match(expr)
     if call:
-        values = [evaluate(data, a) for a in _split(call["args"])]
-        if any(isinstance(v, tuple) for v in values):
-            raise ValueError(f"{expr!r}: a range inside a call")
-        numbers = sorted(float(v) for v in values)  # type: ignore[arg-type]
+        numbers: list[float] = []
+        for arg in _split(call["args"]):
+            value = evaluate(data, arg)
+            if isinstance(value, tuple):
+                raise ValueError(f"{expr!r}: a range inside a call")
+            numbers.extend(value if isinstance(value, list) else [value])
+        numbers.sort()
         if call["name"] == "range":
             return numbers[0], numbers[-1]
         return {"min": numbers[0], "max": numbers[-1]}.get(
@@ -133,13 +180,28 @@ def evaluate(data: object, expr: str) -> float | tuple[float, float]:
     parts = [p.strip() for p in expr.split(" / ")]
     if len(parts) > 2:
         raise ValueError(f"{expr!r}: at most one ' / '")
-    value = float(lookup(data, parts[0]))  # type: ignore[arg-type]
-    if len(parts) == 2:
-        value /= float(lookup(data, parts[1]))  # type: ignore[arg-type]
-    return value
+    values = [_numbers(lookup(data, p)) for p in parts]
+    return values[0] if len(values) == 1 else _quotient(*values)
 
 
-def render(value: float | tuple[float, float], spec: str) -> str:
+def _numbers(value: object) -> float | list[float]:
+    if isinstance(value, list):
+        return [float(v) for v in value]
+    return float(value)  # type: ignore[arg-type]
+
+
+def _quotient(a: float | list[float], b: float | list[float]) -> float | list[float]:
+    """a / b, element by element where either is a list."""
+    if isinstance(a, list) or isinstance(b, list):
+        tops = a if isinstance(a, list) else [a] * len(b)  # type: ignore[arg-type]
+        bottoms = b if isinstance(b, list) else [b] * len(tops)
+        return [x / y for x, y in zip(tops, bottoms, strict=True)]
+    return a / b
+
+
+def render(value: Value, spec: str) -> str:
+    if isinstance(value, list):
+        raise ValueError("a list ([*]) outside min, max, median or range")
     if isinstance(value, tuple):
         return f"{format(value[0], spec)}-{format(value[1], spec)}"
     return format(value, spec)

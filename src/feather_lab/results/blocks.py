@@ -1,0 +1,136 @@
+"""Tables in docs rendered from their records.
+
+A table that quotes records is written as a block whose content a named renderer
+(feather_lab.results.tables) makes from those records, each mark on a line of its own (so a
+mark quoted inside a sentence is no block):
+
+    <!-- table: sim-suite-h200 -->
+    | workload | fcfs | ... |
+    <!-- /table -->
+
+`feather results --check` fails where a block differs from its rendering, naming the doc, the
+line and the table, so a table cannot drift from the records it quotes; `feather results
+--render` rewrites every block from the records, so a re-made record reaches its page in one
+command rather than by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from itertools import zip_longest
+from pathlib import Path
+
+from feather_lab.results.figures import doc_name
+from feather_lab.results.tables import TABLES, render_table
+
+OPEN = re.compile(r"^<!--\s*table:\s*(?P<name>[\w.+-]+)\s*-->[ \t]*$", re.M)
+CLOSE = "<!-- /table -->"
+CLOSING = re.compile(r"^<!--\s*/table\s*-->[ \t]*$", re.M)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One table block: where it stands and which renderer it names; `start` and `end` are
+    the offsets of its content (`end` -1 where no closing mark follows)."""
+
+    doc: str
+    path: Path
+    line: int
+    name: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class TableProblem:
+    block: Block
+    reason: str
+
+    def __str__(self) -> str:
+        b = self.block
+        return f"{b.doc}:{b.line}: table {b.name!r}: {self.reason}"
+
+
+def find_blocks(doc: Path, root: Path) -> list[Block]:
+    """Every table block in `doc`; one that another block or the end of the doc interrupts
+    before its closing mark gets `end` -1."""
+    text = doc.read_text(encoding="utf-8")
+    out = []
+    for m in OPEN.finditer(text):
+        close = CLOSING.search(text, m.end())
+        end = close.start() if close else -1
+        after = OPEN.search(text, m.end())
+        if after is not None and (end < 0 or after.start() < end):
+            end = -1
+        line = text.count("\n", 0, m.start()) + 1
+        out.append(Block(doc_name(doc, root), doc, line, m["name"], m.end(), end))
+    return out
+
+
+def rendering(block: Block, root: Path) -> str | TableProblem:
+    """What the block should hold (its table between two line breaks), or why it cannot be
+    made."""
+    if block.end < 0:
+        return TableProblem(block, f"no {CLOSE} closes it")
+    table = TABLES.get(block.name)
+    if table is None:
+        return TableProblem(block, "no such table (feather_lab.results.tables names them)")
+    missing = [p for p in table.records if not (root / p).is_file()]
+    if missing:
+        return TableProblem(block, f"no record {', '.join(missing)}")
+    try:
+        return "\n" + render_table(table, root).strip("\n") + "\n"
+    except (KeyError, IndexError, TypeError, ValueError, json.JSONDecodeError) as exc:
+        return TableProblem(block, f"cannot render: {exc!r}")
+
+
+def difference(block: Block, have: str, want: str) -> str:
+    """The first line where the block's content departs from its rendering."""
+    pairs = zip_longest(have.split("\n"), want.split("\n"), fillvalue="")
+    for i, (h, w) in enumerate(pairs):
+        if h != w:
+            return (
+                f"line {block.line + i} reads {h!r}, its records give {w!r} "
+                "(feather results --render rewrites it)"
+            )
+    return "differs from its rendering"
+
+
+def check_tables(docs: list[Path], root: Path) -> tuple[int, list[TableProblem]]:
+    """(table blocks checked, problems) over `docs`."""
+    count, problems = 0, []
+    for doc in docs:
+        text = doc.read_text(encoding="utf-8")
+        for block in find_blocks(doc, root):
+            count += 1
+            want = rendering(block, root)
+            if isinstance(want, TableProblem):
+                problems.append(want)
+            elif text[block.start : block.end] != want:
+                have = text[block.start : block.end]
+                problems.append(TableProblem(block, difference(block, have, want)))
+    return count, problems
+
+
+def render_docs(docs: list[Path], root: Path) -> tuple[list[Block], list[TableProblem]]:
+    """Rewrite every block of `docs` from its records: (blocks changed, blocks that could not
+    be rendered, left as they were)."""
+    changed: list[Block] = []
+    problems: list[TableProblem] = []
+    for doc in docs:
+        text = doc.read_text(encoding="utf-8")
+        new = text
+        for block in reversed(find_blocks(doc, root)):
+            want = rendering(block, root)
+            if isinstance(want, TableProblem):
+                problems.append(want)
+            elif new[block.start : block.end] != want:
+                new = new[: block.start] + want + new[block.end :]
+                changed.append(block)
+        if new != text:
+            doc.write_text(new, encoding="utf-8")
+    changed.sort(key=lambda b: (b.doc, b.line))
+    problems.sort(key=lambda p: (p.block.doc, p.block.line))
+    return changed, problems
