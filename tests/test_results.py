@@ -212,6 +212,15 @@ def test_a_commit_declared_unchanged_does_not_age_a_record(tmp_path: Path) -> No
     staleness.unchanged_commits.cache_clear()
 
 
+def test_a_piece_that_reads_another_piece_s_record_runs_after_it() -> None:
+    from feather_lab.results.quick import Piece, inputs, pieces
+
+    todo = [Piece("a.json", "python a.py a.json"), Piece("b.json", "python b.py x=a.json b.json")]
+    assert inputs(todo[1], todo) == {"a.json"} and inputs(todo[0], todo) == set()
+    regret = next(p for p in pieces(ROOT) if p.record.endswith("feather-regret.json"))
+    assert "benchmarks/sim/bench-a100.json" in inputs(regret, pieces(ROOT))
+
+
 def test_quick_leaves_machine_timed_fields_out_and_compares_simulated_times() -> None:
     from feather_lab.results.quick import first_difference
 

@@ -2,7 +2,8 @@
 
 The simulator is deterministic, so a record re-made with the command it names must come out
 with the same rows; where it does not, the first differing value is named. Each record is
-one piece, run in its own process into a scratch file, as many at once as `jobs`; the
+one piece, run in its own process into a scratch file, as many at once as `jobs` (a piece
+whose command reads another piece's record runs after it); the
 summary is rewritten after every piece, so a piece that fails or a run that stops keeps what
 finished. `refresh` replaces each identical record by its re-made copy (fresh provenance);
 `accept` replaces the differing ones too, after a change meant to move them.
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,11 @@ differ from run to run and are left out of the comparison."""
 class Piece:
     record: str
     command: str
+
+
+def inputs(piece: Piece, todo: list[Piece]) -> set[str]:
+    """The records of other pieces that `piece`'s command reads: it runs after them."""
+    return {p.record for p in todo if p.record != piece.record and p.record in piece.command}
 
 
 def pieces(root: Path) -> list[Piece]:
@@ -149,6 +155,30 @@ def _changed_plots(root: Path) -> set[str]:
     return {line[3:] for line in out.splitlines() if line[3:].endswith(PLOTS)}
 
 
+def _report(
+    piece: Piece,
+    future: Future,
+    done: dict[str, dict],
+    todo: list[Piece],
+    spec: QuickSpec,
+    began: float,
+) -> None:
+    """Keep a finished piece's result, rewrite the summary and print the progress line."""
+    result = future.result()
+    done[piece.record] = result
+    ordered = [done[p.record] for p in todo if p.record in done]
+    spec.summary.write_text(json.dumps(ordered, indent=2) + "\n")
+    spent = time.monotonic() - began
+    eta = spent / len(done) * (len(todo) - len(done))
+    print(
+        f"[{len(done)}/{len(todo)}] {result['verdict']:<9} {piece.record} "
+        f"({result['seconds']} s; ETA {eta / 60:.1f} min)",
+        flush=True,
+    )
+    if result["detail"]:
+        print(f"    {result['detail']}", flush=True)
+
+
 def run_quick(spec: QuickSpec) -> bool:
     """Re-make every piece, printing progress with an ETA; True when any differs or fails
     (an accepted difference counts as settled)."""
@@ -158,21 +188,16 @@ def run_quick(spec: QuickSpec) -> bool:
     done: dict[str, dict] = {}
     began = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(spec.jobs) as pool:
-        running = {pool.submit(run_piece, p, spec, Path(tmp)): p for p in todo}
-        for future in as_completed(running):
-            piece, result = running[future], future.result()
-            done[piece.record] = result
-            ordered = [done[p.record] for p in todo if p.record in done]
-            spec.summary.write_text(json.dumps(ordered, indent=2) + "\n")
-            spent = time.monotonic() - began
-            eta = spent / len(done) * (len(todo) - len(done))
-            print(
-                f"[{len(done)}/{len(todo)}] {result['verdict']:<9} {piece.record} "
-                f"({result['seconds']} s; ETA {eta / 60:.1f} min)",
-                flush=True,
-            )
-            if result["detail"]:
-                print(f"    {result['detail']}", flush=True)
+        waiting, running = list(todo), {}
+        while waiting or running:
+            for piece in [p for p in waiting if not inputs(p, todo) - done.keys()]:
+                waiting.remove(piece)
+                running[pool.submit(run_piece, piece, spec, Path(tmp))] = piece
+            if not running:
+                raise ValueError(f"these pieces read each other's records: {waiting}")
+            finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for future in finished:
+                _report(running.pop(future), future, done, todo, spec, began)
     redrawn = sorted(_changed_plots(root) - plots_before)
     if redrawn:  # a piece that draws beside its record: the tracked plot stays as committed
         subprocess.run(["git", "checkout", "--", *redrawn], cwd=root, check=False)
