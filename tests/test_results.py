@@ -221,6 +221,17 @@ def test_a_piece_that_reads_another_piece_s_record_runs_after_it() -> None:
     assert "benchmarks/sim/bench-a100.json" in inputs(regret, pieces(ROOT))
 
 
+def test_a_piece_timed_on_this_machine_runs_alone_after_the_rest() -> None:
+    from feather_lab.results.quick import Piece, _ready, pieces
+
+    timed, a, b = Piece("t.json", "python t.py", alone=True), Piece("a.json", "x"), Piece("b", "y")
+    todo = [timed, a, b]
+    assert _ready([timed, a, b], {}, {}, todo) == [a, b]
+    assert _ready([timed], {"future": a}, {}, todo) == []
+    assert _ready([timed, Piece("u", "z", alone=True)], {}, {}, todo) == [timed]
+    assert any(p.alone for p in pieces(ROOT))
+
+
 def test_quick_leaves_machine_timed_fields_out_and_compares_simulated_times() -> None:
     from feather_lab.results.quick import first_difference
 

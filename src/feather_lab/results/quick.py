@@ -35,6 +35,7 @@ differ from run to run and are left out of the comparison."""
 class Piece:
     record: str
     command: str
+    alone: bool = False
 
 
 def inputs(piece: Piece, todo: list[Piece]) -> set[str]:
@@ -45,7 +46,9 @@ def inputs(piece: Piece, todo: list[Piece]) -> set[str]:
 def pieces(root: Path) -> list[Piece]:
     """Every simulated record registered with a command that re-makes it
     (benchmarks/records.toml, `remake = "quick"`)."""
-    return [Piece(e.path, e.command) for e in load(root) if e.remake == "quick" and e.command]
+    return [
+        Piece(e.path, e.command, e.alone) for e in load(root) if e.remake == "quick" and e.command
+    ]
 
 
 def argv(command: str, out: Path, record: str = "") -> list[str]:
@@ -155,6 +158,18 @@ def _changed_plots(root: Path) -> set[str]:
     return {line[3:] for line in out.splitlines() if line[3:].endswith(PLOTS)}
 
 
+def _ready(
+    waiting: list[Piece], running: dict, done: dict[str, dict], todo: list[Piece]
+) -> list[Piece]:
+    """The pieces that may start now: their inputs are made; a piece timed on this machine
+    starts only once everything else has finished, and runs by itself."""
+    ready = [p for p in waiting if not inputs(p, todo) - done.keys()]
+    shared = [p for p in ready if not p.alone]
+    if shared or any(not p.alone for p in waiting) or running:
+        return shared
+    return ready[:1]
+
+
 def _report(
     piece: Piece,
     future: Future,
@@ -190,7 +205,7 @@ def run_quick(spec: QuickSpec) -> bool:
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(spec.jobs) as pool:
         waiting, running = list(todo), {}
         while waiting or running:
-            for piece in [p for p in waiting if not inputs(p, todo) - done.keys()]:
+            for piece in _ready(waiting, running, done, todo):
                 waiting.remove(piece)
                 running[pool.submit(run_piece, piece, spec, Path(tmp))] = piece
             if not running:

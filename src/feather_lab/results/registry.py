@@ -30,6 +30,9 @@ class Entry:
     command: str | None = None
     piece: str | None = None
     minutes: float = 0.0
+    alone: bool = False
+    """A record of this machine's timings (CPU per decision, simulator speed): `--quick` runs
+    it with nothing else running, after the rest."""
 
 
 @dataclass(frozen=True)
