@@ -115,6 +115,14 @@ def blocks(rows: Sequence[Row]) -> list[list[Row]]:
     return list(out.values())
 
 
+def by_workload(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """A record's plain rows as workload label -> policy -> row, in the record's order."""
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        table.setdefault(row["workload"], {})[row["policy"]] = row
+    return table
+
+
 def block_title(rows: Sequence[Row]) -> str:
     """A block's title line: the workload, its replicas and seed when rows carry them, the
     request count and the requests dropped as overlong."""

@@ -134,20 +134,19 @@ def results_cmd(
     for doc in docs or ():
         if not doc.is_file():
             fail(ValueError(f"--doc {doc}: no such file"))
+    root = root.resolve()
     if engines:
-        _engines(root.resolve(), only, list_only)
+        _engines(root, only, list_only)
     if quick:
         from feather_lab.results.quick import QuickSpec, run_quick
 
-        spec = QuickSpec(
-            root.resolve(), jobs=jobs or os.cpu_count() or 1, refresh=refresh, accept=accept
-        )
+        spec = QuickSpec(root, jobs=jobs or os.cpu_count() or 1, refresh=refresh, accept=accept)
         raise typer.Exit(1 if run_quick(spec) else 0)
     from feather_lab.results.check import CheckSpec, default_docs, run_check
 
     if render:
-        _render(root.resolve(), [d.resolve() for d in docs or default_docs(root.resolve())])
-    spec = CheckSpec(root.resolve(), tuple(d.resolve() for d in docs or ()), allow_stale)
+        _render(root, [d.resolve() for d in docs or default_docs(root)])
+    spec = CheckSpec(root, tuple(d.resolve() for d in docs or ()), allow_stale)
     report = run_check(spec)
     _print_report(report, spec, verbose)
     raise typer.Exit(1 if report.failed(spec) else 0)

@@ -11,19 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from feather_lab.bench.rows import by_workload
+
 BAR = 0.98
 """`feather` >= BAR x `vllm-cache-aware` on every row (the medians' noise is a few percent)."""
 BEGIN = "<!-- policy-table:begin -->"
 END = "<!-- policy-table:end -->"
 TARGET, RIVAL = "feather", "vllm-cache-aware"
-
-
-def by_workload(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """workload label -> policy -> row, in the record's order."""
-    table: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in rows:
-        table.setdefault(row["workload"], {})[row["policy"]] = row
-    return table
 
 
 def verdicts(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:

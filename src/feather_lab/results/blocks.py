@@ -98,14 +98,20 @@ def difference(block: Block, have: str, want: str) -> str:
     return "differs from its rendering"
 
 
+def _walk(doc: Path, root: Path) -> tuple[str, list[tuple[Block, str | TableProblem]]]:
+    """`doc`'s text and each of its blocks with its rendering (or why it has none)."""
+    return doc.read_text(encoding="utf-8"), [
+        (b, rendering(b, root)) for b in find_blocks(doc, root)
+    ]
+
+
 def check_tables(docs: list[Path], root: Path) -> tuple[int, list[TableProblem]]:
     """(table blocks checked, problems) over `docs`."""
     count, problems = 0, []
     for doc in docs:
-        text = doc.read_text(encoding="utf-8")
-        for block in find_blocks(doc, root):
-            count += 1
-            want = rendering(block, root)
+        text, blocks = _walk(doc, root)
+        count += len(blocks)
+        for block, want in blocks:
             if isinstance(want, TableProblem):
                 problems.append(want)
             elif text[block.start : block.end] != want:
@@ -120,10 +126,9 @@ def render_docs(docs: list[Path], root: Path) -> tuple[list[Block], list[TablePr
     changed: list[Block] = []
     problems: list[TableProblem] = []
     for doc in docs:
-        text = doc.read_text(encoding="utf-8")
+        text, blocks = _walk(doc, root)
         new = text
-        for block in reversed(find_blocks(doc, root)):
-            want = rendering(block, root)
+        for block, want in reversed(blocks):  # from the end: earlier offsets stay valid
             if isinstance(want, TableProblem):
                 problems.append(want)
             elif new[block.start : block.end] != want:

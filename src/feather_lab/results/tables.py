@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from feather_lab.bench.rows import by_workload
+
 Record = dict[str, Any]
 
 
@@ -67,10 +69,7 @@ bound on grouping, not a policy an engine runs); `bound:` rows are bounds too.""
 
 def suite(record: Record) -> dict[str, dict[str, Record]]:
     """workload -> policy -> row, in the record's order."""
-    out: dict[str, dict[str, Record]] = {}
-    for row in record["rows"]:
-        out.setdefault(row["workload"], {})[row["policy"]] = row
-    return out
+    return by_workload(record["rows"])
 
 
 def best_other(runs: dict[str, Record]) -> tuple[str, float]:
