@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
-from feather_lab.results.figures import doc_name
+from feather_lab.results.figures import DocProblem, doc_name
 from feather_lab.results.tables import TABLES, render_table
 
 OPEN = re.compile(r"^<!--\s*table:\s*(?P<name>[\w.+-]+)\s*-->[ \t]*$", re.M)
@@ -43,14 +43,8 @@ class Block:
     end: int
 
 
-@dataclass(frozen=True)
-class TableProblem:
-    block: Block
-    reason: str
-
-    def __str__(self) -> str:
-        b = self.block
-        return f"{b.doc}:{b.line}: table {b.name!r}: {self.reason}"
+def problem(block: Block, reason: str) -> DocProblem:
+    return DocProblem(block.doc, block.line, f"table {block.name!r}", reason)
 
 
 def find_blocks(doc: Path, root: Path) -> list[Block]:
@@ -69,21 +63,21 @@ def find_blocks(doc: Path, root: Path) -> list[Block]:
     return out
 
 
-def rendering(block: Block, root: Path) -> str | TableProblem:
+def rendering(block: Block, root: Path) -> str | DocProblem:
     """What the block should hold (its table between two line breaks), or why it cannot be
     made."""
     if block.end < 0:
-        return TableProblem(block, f"no {CLOSE} closes it")
+        return problem(block, f"no {CLOSE} closes it")
     table = TABLES.get(block.name)
     if table is None:
-        return TableProblem(block, "no such table (feather_lab.results.tables names them)")
+        return problem(block, "no such table (feather_lab.results.tables names them)")
     missing = [p for p in table.records if not (root / p).is_file()]
     if missing:
-        return TableProblem(block, f"no record {', '.join(missing)}")
+        return problem(block, f"no record {', '.join(missing)}")
     try:
         return "\n" + render_table(table, root).strip("\n") + "\n"
     except (KeyError, IndexError, TypeError, ValueError, json.JSONDecodeError) as exc:
-        return TableProblem(block, f"cannot render: {exc!r}")
+        return problem(block, f"cannot render: {exc!r}")
 
 
 def difference(block: Block, have: str, want: str) -> str:
@@ -98,38 +92,38 @@ def difference(block: Block, have: str, want: str) -> str:
     return "differs from its rendering"
 
 
-def _walk(doc: Path, root: Path) -> tuple[str, list[tuple[Block, str | TableProblem]]]:
+def _walk(doc: Path, root: Path) -> tuple[str, list[tuple[Block, str | DocProblem]]]:
     """`doc`'s text and each of its blocks with its rendering (or why it has none)."""
     return doc.read_text(encoding="utf-8"), [
         (b, rendering(b, root)) for b in find_blocks(doc, root)
     ]
 
 
-def check_tables(docs: list[Path], root: Path) -> tuple[int, list[TableProblem]]:
+def check_tables(docs: list[Path], root: Path) -> tuple[int, list[DocProblem]]:
     """(table blocks checked, problems) over `docs`."""
     count, problems = 0, []
     for doc in docs:
         text, blocks = _walk(doc, root)
         count += len(blocks)
         for block, want in blocks:
-            if isinstance(want, TableProblem):
+            if isinstance(want, DocProblem):
                 problems.append(want)
             elif text[block.start : block.end] != want:
                 have = text[block.start : block.end]
-                problems.append(TableProblem(block, difference(block, have, want)))
+                problems.append(problem(block, difference(block, have, want)))
     return count, problems
 
 
-def render_docs(docs: list[Path], root: Path) -> tuple[list[Block], list[TableProblem]]:
+def render_docs(docs: list[Path], root: Path) -> tuple[list[Block], list[DocProblem]]:
     """Rewrite every block of `docs` from its records: (blocks changed, blocks that could not
     be rendered, left as they were)."""
     changed: list[Block] = []
-    problems: list[TableProblem] = []
+    problems: list[DocProblem] = []
     for doc in docs:
         text, blocks = _walk(doc, root)
         new = text
         for block, want in reversed(blocks):  # from the end: earlier offsets stay valid
-            if isinstance(want, TableProblem):
+            if isinstance(want, DocProblem):
                 problems.append(want)
             elif new[block.start : block.end] != want:
                 new = new[: block.start] + want + new[block.end :]
@@ -137,5 +131,5 @@ def render_docs(docs: list[Path], root: Path) -> tuple[list[Block], list[TablePr
         if new != text:
             doc.write_text(new, encoding="utf-8")
     changed.sort(key=lambda b: (b.doc, b.line))
-    problems.sort(key=lambda p: (p.block.doc, p.block.line))
+    problems.sort(key=lambda p: (p.doc, p.line))
     return changed, problems

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from feather_lab.results.blocks import TableProblem, check_tables
-from feather_lab.results.figures import Mismatch, check_docs
+from feather_lab.results.blocks import check_tables
+from feather_lab.results.figures import DocProblem, check_docs
 from feather_lab.results.provenance import read_provenance, records
 from feather_lab.results.registry import REGISTRY, load
 from feather_lab.results.staleness import stale_reason, unchanged_commits
@@ -29,9 +29,9 @@ class CheckSpec:
 @dataclass
 class CheckReport:
     figures: int = 0
-    mismatches: list[Mismatch] = field(default_factory=list)
+    mismatches: list[DocProblem] = field(default_factory=list)
     tables: int = 0
-    table_problems: list[TableProblem] = field(default_factory=list)
+    table_problems: list[DocProblem] = field(default_factory=list)
     registry: list[str] = field(default_factory=list)
     records: int = 0
     incomplete: list[str] = field(default_factory=list)

@@ -51,13 +51,20 @@ class Figure:
 
 
 @dataclass(frozen=True)
-class Mismatch:
-    figure: Figure
+class DocProblem:
+    """A quoted figure or a rendered table that disagrees with its records."""
+
+    doc: str
+    line: int
+    what: str
     reason: str
 
     def __str__(self) -> str:
-        f = self.figure
-        return f"{f.doc}:{f.line}: {f.quoted!r} ({f.record} {f.expr}): {self.reason}"
+        return f"{self.doc}:{self.line}: {self.what}: {self.reason}"
+
+
+def mismatch(fig: Figure, reason: str) -> DocProblem:
+    return DocProblem(fig.doc, fig.line, f"{fig.quoted!r} ({fig.record} {fig.expr})", reason)
 
 
 def find_figures(doc: Path, root: Path) -> list[Figure]:
@@ -207,22 +214,22 @@ def render(value: Value, spec: str) -> str:
     return format(value, spec)
 
 
-def check_figure(fig: Figure, root: Path) -> Mismatch | None:
+def check_figure(fig: Figure, root: Path) -> DocProblem | None:
     path = root / fig.record
     if not path.is_file():
-        return Mismatch(fig, f"no record {fig.record}")
+        return mismatch(fig, f"no record {fig.record}")
     try:
         rendered = render(evaluate(json.loads(path.read_text()), fig.expr), fig.spec)
     except (KeyError, IndexError, TypeError, ValueError) as exc:
-        return Mismatch(fig, f"cannot read {fig.expr!r}: {exc!r}")
+        return mismatch(fig, f"cannot read {fig.expr!r}: {exc!r}")
     if not fig.quoted:
-        return Mismatch(fig, "no number right before the mark")
+        return mismatch(fig, "no number right before the mark")
     if rendered != fig.quoted:
-        return Mismatch(fig, f"the record says {rendered}")
+        return mismatch(fig, f"the record says {rendered}")
     return None
 
 
-def check_docs(docs: list[Path], root: Path) -> tuple[int, list[Mismatch]]:
+def check_docs(docs: list[Path], root: Path) -> tuple[int, list[DocProblem]]:
     """(figures checked, mismatches) over `docs`."""
     figures = [f for d in docs for f in find_figures(d, root)]
     bad = [m for f in figures if (m := check_figure(f, root)) is not None]
