@@ -42,32 +42,17 @@ from feather_lab.cli.options import (
 )
 from feather_lab.cli.replay_options import (
     AA,
-    Burstiness,
-    DatasetName,
-    DatasetPath,
     MaxFailed,
-    MetricPercentiles,
-    NumPrefixes,
-    NumPrompts,
-    PercentileMetrics,
-    PrefixLen,
-    PrefixOutputLen,
-    RandomInputLen,
-    RandomOutputLen,
-    RandomPrefixLen,
-    RandomRangeRatio,
     ReplayRepeats,
-    RequestRate,
     ResetPrefixCache,
-    SharegptOutputLen,
-    SuffixLen,
-    Tokenizer,
     dataset_spec,
+    with_vllm_serve_options,
     workload_schedule,
 )
 
 
 @app.command("replay")
+@with_vllm_serve_options
 def replay(
     urls: ReplayUrls,
     label: ReplayLabels = None,
@@ -92,28 +77,13 @@ def replay(
     api: ReplayApi = "completions",
     max_failed: MaxFailed = 0.01,
     aa: AA = False,
-    dataset_name: DatasetName = None,
-    dataset_path: DatasetPath = None,
-    tokenizer: Tokenizer = None,
-    sharegpt_output_len: SharegptOutputLen = None,
-    num_prompts: NumPrompts = None,
-    request_rate: RequestRate = float("inf"),
-    burstiness: Burstiness = 1.0,
-    random_input_len: RandomInputLen = 1024,
-    random_output_len: RandomOutputLen = 128,
-    random_range_ratio: RandomRangeRatio = 0.0,
-    random_prefix_len: RandomPrefixLen = 0,
-    prefix_repetition_prefix_len: PrefixLen = 256,
-    prefix_repetition_suffix_len: SuffixLen = 256,
-    prefix_repetition_num_prefixes: NumPrefixes = 10,
-    prefix_repetition_output_len: PrefixOutputLen = 128,
-    percentile_metrics: PercentileMetrics = None,
-    metric_percentiles: MetricPercentiles = "99",
+    **vllm: Any,
 ) -> None:
     """Send a workload to live servers (prompts as token ids, fixed output lengths,
     streamed, on the workload's arrival schedule); latency percentiles, throughput, goodput
     and the server's own metrics per server; with several URLs, B/A per metric."""
-    opts = dict(locals())
+    opts = {**locals(), **vllm}
+    del opts["vllm"]
     _check_client(api)
     writable(json=json_out)
     if aa:

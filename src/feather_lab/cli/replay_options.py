@@ -3,93 +3,99 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 
 VLLM = "vllm bench serve's options"
 
-DatasetName = Annotated[
-    str | None,
-    typer.Option(
-        help="A vLLM dataset beside (or instead of) -w: random or prefix_repetition (made as "
+
+def _vllm(kind: Any, default: Any, help_text: str, **settings: Any) -> tuple[Any, Any]:
+    """One of vLLM's options: its annotation (in vLLM's help panel) and its default."""
+    return Annotated[kind, typer.Option(help=help_text, rich_help_panel=VLLM, **settings)], default
+
+
+VLLM_SERVE: dict[str, tuple[Any, Any]] = {
+    "dataset_name": _vllm(
+        str | None,
+        None,
+        "A vLLM dataset beside (or instead of) -w: random or prefix_repetition (made as "
         "`vllm bench serve --dataset-name` makes them, sent as token ids), or sharegpt "
         "(--dataset-path, sent as text).",
-        rich_help_panel=VLLM,
     ),
-]
-NumPrompts = Annotated[
-    int | None,
-    typer.Option(
+    "dataset_path": _vllm(
+        str | None,
+        None,
+        "sharegpt: the JSON file (a list of {conversations: [{from, value}, ...]}).",
+    ),
+    "tokenizer": _vllm(
+        str | None,
+        None,
+        "The model's tokenizer (hub name or directory, needs transformers): counts "
+        "sharegpt's text prompts and gives the vocabulary of the generated datasets.",
+    ),
+    "sharegpt_output_len": _vllm(
+        int | None, None, "sharegpt: output tokens of each request (default: its answer's).", min=1
+    ),
+    "num_prompts": _vllm(
+        int | None,
+        None,
+        "Prompts of --dataset-name (default 1000); with -w alone, as --limit.",
         min=1,
-        help="Prompts of --dataset-name (default 1000); with -w alone, as --limit.",
-        rich_help_panel=VLLM,
     ),
-]
-RequestRate = Annotated[
-    float,
-    typer.Option(
-        help="Requests per second (inf: all at once), for --dataset-name; a finite rate with "
+    "request_rate": _vllm(
+        float,
+        float("inf"),
+        "Requests per second (inf: all at once), for --dataset-name; a finite rate with "
         "-w alone is --rates RATE.",
-        rich_help_panel=VLLM,
     ),
-]
-Burstiness = Annotated[
-    float,
-    typer.Option(
-        help="Gamma shape of the gaps between arrivals (1: Poisson; <1 burstier), with a "
+    "burstiness": _vllm(
+        float,
+        1.0,
+        "Gamma shape of the gaps between arrivals (1: Poisson; <1 burstier), with a "
         "finite --request-rate.",
-        rich_help_panel=VLLM,
     ),
-]
-PercentileMetrics = Annotated[
-    str | None,
-    typer.Option(
-        help="Metrics whose percentiles the record's vLLM-named fields carry (ttft, tpot, "
+    "random_input_len": _vllm(int, 1024, "random: mean input tokens.", min=0),
+    "random_output_len": _vllm(int, 128, "random: mean output tokens.", min=0),
+    "random_range_ratio": _vllm(
+        float, 0.0, "random: lengths uniform in \\[len*(1-r), len*(1+r)], r in \\[0, 1)."
+    ),
+    "random_prefix_len": _vllm(
+        int, 0, "random: tokens of one prefix every prompt starts with.", min=0
+    ),
+    "prefix_repetition_prefix_len": _vllm(int, 256, "prefix_repetition: prefix tokens.", min=0),
+    "prefix_repetition_suffix_len": _vllm(
+        int, 256, "prefix_repetition: suffix tokens after the prefix.", min=0
+    ),
+    "prefix_repetition_num_prefixes": _vllm(
+        int, 10, "prefix_repetition: distinct prefixes.", min=0
+    ),
+    "prefix_repetition_output_len": _vllm(int, 128, "prefix_repetition: output tokens.", min=0),
+    "percentile_metrics": _vllm(
+        str | None,
+        None,
+        "Metrics whose percentiles the record's vLLM-named fields carry (ttft, tpot, "
         "itl, e2el; default ttft,tpot,itl).",
-        rich_help_panel=VLLM,
     ),
-]
+    "metric_percentiles": _vllm(str, "99", "Percentiles of those metrics, e.g. 50,99."),
+}
+"""`vllm bench serve`'s options as `feather replay` takes them: name -> (annotation, default)."""
 
 
-def _text(help_text: str) -> Any:
-    return Annotated[str | None, typer.Option(help=help_text, rich_help_panel=VLLM)]
-
-
-DatasetPath = _text("sharegpt: the JSON file (a list of {conversations: [{from, value}, ...]}).")
-Tokenizer = _text(
-    "The model's tokenizer (hub name or directory, needs transformers): counts sharegpt's "
-    "text prompts and gives the vocabulary of the generated datasets."
-)
-SharegptOutputLen = Annotated[
-    int | None,
-    typer.Option(min=1, help="sharegpt: output tokens of each request (default: its answer's).",
-                 rich_help_panel=VLLM),
-]  # fmt: skip
-MetricPercentiles = Annotated[
-    str, typer.Option(help="Percentiles of those metrics, e.g. 50,99.", rich_help_panel=VLLM)
-]
-
-
-def _int(help_text: str) -> Any:
-    return Annotated[int, typer.Option(min=0, help=help_text, rich_help_panel=VLLM)]
-
-
-RandomInputLen = _int("random: mean input tokens.")
-RandomOutputLen = _int("random: mean output tokens.")
-RandomPrefixLen = _int("random: tokens of one prefix every prompt starts with.")
-RandomRangeRatio = Annotated[
-    float,
-    typer.Option(
-        help="random: lengths uniform in [len*(1-r), len*(1+r)], r in [0, 1).",
-        rich_help_panel=VLLM,
-    ),
-]
-PrefixLen = _int("prefix_repetition: prefix tokens.")
-SuffixLen = _int("prefix_repetition: suffix tokens after the prefix.")
-NumPrefixes = _int("prefix_repetition: distinct prefixes.")
-PrefixOutputLen = _int("prefix_repetition: output tokens.")
+def with_vllm_serve_options(command: Callable[..., None]) -> Callable[..., None]:
+    """`command(..., **vllm)` shown to typer with every option of `VLLM_SERVE` after its own,
+    so vLLM's options are declared once, here, under vLLM's names and defaults."""
+    own = inspect.signature(command, eval_str=True)
+    params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    params += [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default)
+        for name, (kind, default) in VLLM_SERVE.items()
+    ]
+    command.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+    return command
 
 
 DATASET_OPTION = {
