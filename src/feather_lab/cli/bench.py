@@ -20,7 +20,7 @@ from feather_lab.cli.common import (
     writable,
 )
 from feather_lab.cli.options import (
-    Arrival,
+    SCHEDULE,
     AsyncScheduling,
     BenchEngine,
     BenchFeatherHardware,
@@ -33,21 +33,16 @@ from feather_lab.cli.options import (
     BenchReplicas,
     BenchRouters,
     BenchWorkloads,
-    DropOverlong,
     Hardware,
     Kernel,
     KvBlocks,
-    Limit,
     MaxBatchedTokens,
     PolicyState,
-    Rates,
-    RateScale,
     SchedulerCpu,
     SchedulerSeesOutput,
-    Seed,
-    SloTpot,
-    SloTtft,
     StepsOut,
+    options_of,
+    with_options,
 )
 from feather_lab.harness.vllm_engine import KvScenario, VllmBenchSpec
 from feather_lab.sim.config import SEES_OUTPUT, EngineConfig
@@ -69,13 +64,13 @@ BENCH_HELP = (
 
 
 @app.command("bench", help=BENCH_HELP)
+@with_options(SCHEDULE)
 def bench(
     workload: BenchWorkloads = None,
     policies: BenchPolicies = None,
     hardware: Hardware = DEFAULT_HARDWARE,
     model: BenchModel = None,
     kernel: Kernel = "paged",
-    seed: Seed = 0,
     max_num_seqs: BenchMaxNumSeqs = None,
     max_batched_tokens: MaxBatchedTokens = 8192,
     num_kv_blocks: KvBlocks = None,
@@ -86,24 +81,18 @@ def bench(
     engine: BenchEngine = "sim",
     repeats: BenchRepeats = 3,
     async_scheduling: AsyncScheduling = False,
-    drop_overlong: DropOverlong = False,
-    arrival: Arrival = None,
-    rate_scale: RateScale = None,
-    limit: Limit = None,
-    slo_ttft: SloTtft = None,
-    slo_tpot: SloTpot = None,
     steps_out: StepsOut = None,
     scheduler_cpu: SchedulerCpu = None,
     scheduler_sees_output: SchedulerSeesOutput = None,
-    rates: Rates = None,
     replicas: BenchReplicas = None,
     routers: BenchRouters = None,
+    **rest: Any,
 ) -> None:
     """`feather bench` (BENCH_HELP says what it does)."""
     from feather_lab.bench.output import plot_beside
 
     plot = plot if plot is not None else plot_beside(json_out)
-    opts = dict(locals())
+    opts = options_of(locals(), rest)
     opts["workload"] = optional_names(",".join(workload), "--workload") if workload else None
     opts["policies"] = optional_names(policies, "--policies")
     if engine not in ENGINES:

@@ -9,12 +9,16 @@ simulator, a served model to `feather replay`).
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from feather_lab.bench.suite import DEFAULT_POLICIES
+
+Command = TypeVar("Command", bound=Callable[..., Any])
 
 
 def _option(kind: Any, help: str, *flags: str, **settings: Any) -> Any:
@@ -60,6 +64,43 @@ Rates = _option(
     "runs at each (Poisson arrivals; a trace rescaled to that mean rate), plotted.",
 )
 JsonOut = _option(Path, "JSON results.", "--json")
+
+SCHEDULE: dict[str, tuple[Any, Any]] = {
+    "seed": (Seed, 0),
+    "drop_overlong": (DropOverlong, False),
+    "arrival": (Arrival, None),
+    "rate_scale": (RateScale, None),
+    "rates": (Rates, None),
+    "limit": (Limit, None),
+    "slo_ttft": (SloTtft, None),
+    "slo_tpot": (SloTpot, None),
+}
+"""A workload's seed, schedule and SLO, taken the same way by every command that builds
+workloads (`feather bench`, `feather replay`): name -> (annotation, default)."""
+
+
+def with_options(*tables: dict[str, tuple[Any, Any]]) -> Callable[[Command], Command]:
+    """`command(..., **rest)` shown to typer with the options of `tables` after its own, so an
+    option shared by commands is declared, with its default, in one place."""
+
+    def wrap(command: Command) -> Command:
+        own = inspect.signature(command, eval_str=True)
+        params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        params += [
+            inspect.Parameter(name, keyword, annotation=kind, default=default)
+            for table in tables
+            for name, (kind, default) in table.items()
+        ]
+        command.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+        return command
+
+    return wrap
+
+
+def options_of(own: dict[str, Any], rest: dict[str, Any]) -> dict[str, Any]:
+    """Every option of a `with_options` command by name: its own locals and its `**rest`."""
+    return {k: v for k, v in own.items() if k != "rest"} | rest
 
 
 # ---- `feather bench`

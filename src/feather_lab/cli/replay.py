@@ -20,13 +20,9 @@ from feather_lab.cli.common import (
     writable,
 )
 from feather_lab.cli.options import (
-    Arrival,
-    DropOverlong,
+    SCHEDULE,
     JsonOut,
-    Limit,
     MaxConcurrency,
-    Rates,
-    RateScale,
     ReplayApi,
     ReplayLabels,
     ReplayModel,
@@ -34,39 +30,30 @@ from feather_lab.cli.options import (
     ReplayWorkloads,
     RequestTimeout,
     Scenario,
-    Seed,
-    SloTpot,
-    SloTtft,
     StreamInterval,
     VocabSize,
+    options_of,
+    with_options,
 )
 from feather_lab.cli.replay_options import (
     AA,
+    VLLM_SERVE,
     MaxFailed,
     ReplayRepeats,
     ResetPrefixCache,
     dataset_spec,
-    with_vllm_serve_options,
     workload_schedule,
 )
 
 
 @app.command("replay")
-@with_vllm_serve_options
+@with_options(SCHEDULE, VLLM_SERVE)
 def replay(
     urls: ReplayUrls,
     label: ReplayLabels = None,
     workload: ReplayWorkloads = None,
     model: ReplayModel = None,
     vocab_size: VocabSize = None,
-    seed: Seed = 0,
-    arrival: Arrival = None,
-    rate_scale: RateScale = None,
-    rates: Rates = None,
-    limit: Limit = None,
-    drop_overlong: DropOverlong = False,
-    slo_ttft: SloTtft = None,
-    slo_tpot: SloTpot = None,
     max_concurrency: MaxConcurrency = None,
     request_timeout: RequestTimeout = 300.0,
     repeats: ReplayRepeats = 1,
@@ -77,13 +64,12 @@ def replay(
     api: ReplayApi = "completions",
     max_failed: MaxFailed = 0.01,
     aa: AA = False,
-    **vllm: Any,
+    **rest: Any,
 ) -> None:
     """Send a workload to live servers (prompts as token ids, fixed output lengths,
     streamed, on the workload's arrival schedule); latency percentiles, throughput, goodput
     and the server's own metrics per server; with several URLs, B/A per metric."""
-    opts = {**locals(), **vllm}
-    del opts["vllm"]
+    opts = options_of(locals(), rest)
     _check_client(api)
     writable(json=json_out)
     if aa:

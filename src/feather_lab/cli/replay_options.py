@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -83,19 +81,6 @@ VLLM_SERVE: dict[str, tuple[Any, Any]] = {
     "metric_percentiles": _vllm(str, "99", "Percentiles of those metrics, e.g. 50,99."),
 }
 """`vllm bench serve`'s options as `feather replay` takes them: name -> (annotation, default)."""
-
-
-def with_vllm_serve_options(command: Callable[..., None]) -> Callable[..., None]:
-    """`command(..., **vllm)` shown to typer with every option of `VLLM_SERVE` after its own,
-    so vLLM's options are declared once, here, under vLLM's names and defaults."""
-    own = inspect.signature(command, eval_str=True)
-    params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    params += [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default)
-        for name, (kind, default) in VLLM_SERVE.items()
-    ]
-    command.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
-    return command
 
 
 DATASET_OPTION = {
