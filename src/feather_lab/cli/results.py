@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from feather_lab.cli.common import app, fail
+from feather_lab.cli.options import with_options
 
 
 def _print_report(report, spec, verbose: bool) -> None:
@@ -77,76 +78,78 @@ def _render(root: Path, docs: list[Path]) -> None:
     raise typer.Exit(1 if problems else 0)
 
 
-def _flag(name: str, text: str) -> object:
-    return Annotated[bool, typer.Option(name, help=text)]
+def _flag(name: str, text: str) -> tuple[object, bool]:
+    return Annotated[bool, typer.Option(name, help=text)], False
 
 
-Check = _flag("--check", "Check figures, tables, provenance, age.")
-Render = _flag("--render", "Rewrite every table block from its records.")
-Quick = _flag("--quick", "Re-make the simulated records and compare.")
-Engines = _flag("--engines", "Re-make the real-engine records (hours).")
-Refresh = _flag("--refresh", "--quick: replace each record re-made identical.")
-Accept = _flag("--accept", "--quick: replace every record re-made, differing ones too.")
-Jobs = Annotated[int, typer.Option("--jobs", help="--quick: pieces at once (default: CPU count).")]
-Only = Annotated[str | None, typer.Option("--only", help="--engines: run this piece only.")]
-ListOnly = _flag("--list", "--engines: list the pieces and their time.")
-Docs = Annotated[
-    list[Path] | None,
-    typer.Option("--doc", help="A doc to check (default: README, docs/, benchmarks/)."),
-]
-Root = Annotated[Path, typer.Option(help="The repository root.")]
-AllowStale = _flag(
-    "--allow-stale", "--check: report stale, incomplete and dirty records without failing."
-)
-Verbose = _flag("--verbose", "List every record.")
+def _valued(kind: object, default: object, *flags: str, **settings: Any) -> tuple[object, object]:
+    return Annotated[kind, typer.Option(*flags, **settings)], default
+
+
+OPTIONS = {
+    "check": _flag("--check", "Check figures, tables, provenance, age."),
+    "render": _flag("--render", "Rewrite every table block from its records."),
+    "quick": _flag("--quick", "Re-make the simulated records and compare."),
+    "engines": _flag("--engines", "Re-make the real-engine records (hours)."),
+    "refresh": _flag("--refresh", "--quick: replace each record re-made identical."),
+    "accept": _flag("--accept", "--quick: replace every record re-made, differing ones too."),
+    "jobs": _valued(int, 0, "--jobs", help="--quick: pieces at once (default: CPU count)."),
+    "only": _valued(str | None, None, "--only", help="--engines: run this piece only."),
+    "list_only": _flag("--list", "--engines: list the pieces and their time."),
+    "docs": _valued(
+        list[Path] | None,
+        None,
+        "--doc",
+        help="A doc to check (default: README, docs/, benchmarks/).",
+    ),
+    "root": _valued(Path, Path("."), help="The repository root."),
+    "allow_stale": _flag(
+        "--allow-stale", "--check: report stale, incomplete and dirty records without failing."
+    ),
+    "verbose": _flag("--verbose", "List every record."),
+}
+"""`feather results`' options: name -> (annotation, default)."""
+
+
+def _refuse(o: dict[str, Any]) -> None:
+    """Options that do not go together, or a root or doc that is not there (exit 2)."""
+    if o["check"] + o["render"] + o["quick"] + o["engines"] != 1:
+        fail(ValueError("give exactly one of --check, --render, --quick or --engines"))
+    if (o["refresh"] or o["accept"] or o["jobs"]) and not o["quick"]:
+        fail(ValueError("--refresh, --accept and --jobs go with --quick"))
+    if o["jobs"] < 0:
+        fail(ValueError(f"--jobs {o['jobs']}: give a count of 1 or more (0: one per CPU)"))
+    if (o["only"] is not None or o["list_only"]) and not o["engines"]:
+        fail(ValueError("--only and --list go with --engines"))
+    if not (o["root"] / "benchmarks").is_dir():
+        fail(ValueError(f"--root {o['root']}: no benchmarks/ folder; give the repository root"))
+    for doc in o["docs"] or ():
+        if not doc.is_file():
+            fail(ValueError(f"--doc {doc}: no such file"))
 
 
 @app.command("results")
-def results_cmd(
-    check: Check = False,
-    render: Render = False,
-    quick: Quick = False,
-    engines: Engines = False,
-    refresh: Refresh = False,
-    accept: Accept = False,
-    jobs: Jobs = 0,
-    only: Only = None,
-    list_only: ListOnly = False,
-    docs: Docs = None,
-    root: Root = Path("."),
-    allow_stale: AllowStale = False,
-    verbose: Verbose = False,
-) -> None:
+@with_options(OPTIONS)
+def results_cmd(**o: Any) -> None:
     """Check every quoted figure and rendered table against its records and every record's
     provenance and age (--check), or rewrite the tables from their records (--render), or
     re-make the simulated records and compare (--quick), or re-make the real-engine records
     (--engines)."""
-    if check + render + quick + engines != 1:
-        fail(ValueError("give exactly one of --check, --render, --quick or --engines"))
-    if (refresh or accept or jobs) and not quick:
-        fail(ValueError("--refresh, --accept and --jobs go with --quick"))
-    if jobs < 0:
-        fail(ValueError(f"--jobs {jobs}: give a count of 1 or more (0: one per CPU)"))
-    if (only is not None or list_only) and not engines:
-        fail(ValueError("--only and --list go with --engines"))
-    if not (root / "benchmarks").is_dir():
-        fail(ValueError(f"--root {root}: no benchmarks/ folder; give the repository root"))
-    for doc in docs or ():
-        if not doc.is_file():
-            fail(ValueError(f"--doc {doc}: no such file"))
-    root = root.resolve()
-    if engines:
-        _engines(root, only, list_only)
-    if quick:
+    _refuse(o)
+    root, docs = o["root"].resolve(), o["docs"]
+    if o["engines"]:
+        _engines(root, o["only"], o["list_only"])
+    if o["quick"]:
         from feather_lab.results.quick import QuickSpec, run_quick
 
-        spec = QuickSpec(root, jobs=jobs or os.cpu_count() or 1, refresh=refresh, accept=accept)
+        jobs = o["jobs"] or os.cpu_count() or 1
+        spec = QuickSpec(root, jobs=jobs, refresh=o["refresh"], accept=o["accept"])
         raise typer.Exit(1 if run_quick(spec) else 0)
     from feather_lab.results.check import CheckSpec, default_docs, run_check
 
-    if render:
+    if o["render"]:
         _render(root, [d.resolve() for d in docs or default_docs(root)])
-    spec = CheckSpec(root, tuple(d.resolve() for d in docs or ()), allow_stale)
+    spec = CheckSpec(root, tuple(d.resolve() for d in docs or ()), o["allow_stale"])
     report = run_check(spec)
-    _print_report(report, spec, verbose)
+    _print_report(report, spec, o["verbose"])
     raise typer.Exit(1 if report.failed(spec) else 0)
