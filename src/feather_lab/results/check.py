@@ -15,7 +15,7 @@ from pathlib import Path
 from feather_lab.results.blocks import check_tables
 from feather_lab.results.figures import DocProblem, check_docs
 from feather_lab.results.provenance import read_provenance, records
-from feather_lab.results.registry import REGISTRY, load
+from feather_lab.results.registry import REGISTRY, Entry, load
 from feather_lab.results.staleness import stale_reason, unchanged_commits
 
 
@@ -55,7 +55,7 @@ def run_check(spec: CheckSpec) -> CheckReport:
     docs = list(spec.docs or default_docs(spec.root))
     report.figures, report.mismatches = check_docs(docs, spec.root)
     report.tables, report.table_problems = check_tables(docs, spec.root)
-    commands = _registered(spec.root, report)
+    entries = _registered(spec.root, report)
     try:
         unchanged_commits(spec.root)
     except ValueError as err:
@@ -66,21 +66,22 @@ def run_check(spec: CheckSpec) -> CheckReport:
         if prov is None:
             continue
         report.records += 1
-        if prov.path not in commands:
+        entry = entries.get(prov.path)
+        if entry is None:
             report.registry.append(f"{prov.path}: not in {REGISTRY}")
-        missing = [m for m in prov.missing if not (m == "command" and commands.get(prov.path))]
+        missing = [m for m in prov.missing if not (m == "command" and entry and entry.command)]
         if missing:
             report.incomplete.append(f"{prov.path}: names no {', '.join(missing)}")
         if prov.dirty:
             report.dirty.append(f"{prov.path}: made from a dirty tree ({prov.commit})")
-        reason = stale_reason(spec.root, prov.path, prov.commit)
+        reason = stale_reason(spec.root, prov.path, prov.commit, entry and entry.measures)
         if reason:
             report.stale.append(f"{prov.path}: {reason}")
     return report
 
 
-def _registered(root: Path, report: CheckReport) -> dict[str, str | None]:
-    """Each registered record's command; registry problems go to the report."""
+def _registered(root: Path, report: CheckReport) -> dict[str, Entry]:
+    """Each registered record's entry by path; registry problems go to the report."""
     if not (root / REGISTRY).is_file():
         report.registry.append(f"no {REGISTRY}: every record names its re-making command there")
         return {}
@@ -92,4 +93,4 @@ def _registered(root: Path, report: CheckReport) -> dict[str, str | None]:
     for e in entries:
         if not (root / e.path).is_file():
             report.registry.append(f"{e.path}: registered, but there is no such record")
-    return {e.path: e.command for e in entries}
+    return {e.path: e for e in entries}

@@ -33,6 +33,10 @@ class Entry:
     alone: bool = False
     """A record of this machine's timings (CPU per decision, simulator speed): `--quick` runs
     it with nothing else running, after the rest."""
+    measures: tuple[str, ...] | None = None
+    """The source paths its figures depend on, where not its folder's (staleness.MEASURES):
+    a calibration of an engine's step cost measures the engine and its fitter, not
+    Feather's decisions, so a policy change does not age it."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,8 @@ def load(root: Path) -> list[Entry]:
     names = {p.name for p in PIECES}
     for i, raw in enumerate(data.get("record", [])):
         try:
-            entry = Entry(**raw)
+            measures = raw.get("measures")
+            entry = Entry(**{**raw, "measures": None if measures is None else tuple(measures)})
         except TypeError as err:
             raise ValueError(f"{REGISTRY} record {i}: {err}") from None
         if entry.remake not in REMAKES:

@@ -110,11 +110,13 @@ def written_at(root: Path) -> dict[str, str]:
     return found
 
 
-def stale_reason(root: Path, record: str, commit: str | None) -> str | None:
-    """Why `record` (a path under benchmarks/) is stale, or None when it is current or its
-    folder measures nothing tracked here."""
+def stale_reason(
+    root: Path, record: str, commit: str | None, measures: tuple[str, ...] | None = None
+) -> str | None:
+    """Why `record` (a path under benchmarks/) is stale, or None when it is current or it
+    measures nothing tracked here; `measures` (the registry's) overrides its folder's."""
     parts = Path(record).parts
-    paths = MEASURES.get(parts[1]) if len(parts) > 2 else None
+    paths = measures if measures is not None else MEASURES.get(parts[1]) if len(parts) > 2 else None
     if not paths:
         return None
     change = last_change(root, paths)
