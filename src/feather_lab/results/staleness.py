@@ -43,7 +43,6 @@ MEASURES: dict[str, tuple[str, ...]] = {
     "replay": (*DECISIONS, "src/feather_sched/vllm"),
     "sglang": (*DECISIONS, "src/feather_sched/sglang"),
     "cht": ("src/feather_sched/index",),
-    "host": (*DECISIONS, "src/feather_sched/vllm", "src/feather_sched/sglang"),
 }
 
 
