@@ -5,7 +5,7 @@ next run's requests get blocks scattered over the pool instead of side by side; 
 hands them out in id order. Which order the previous run leaves depends on the scheduler.
 
     python benchmarks/replay/kv_block_order.py --repeats 4 --json \
-        benchmarks/replay/kv-block-order.json
+        OUT.json
 
 One in-process engine (vLLM's own scheduler, `core_state.StateScheduler` logging its steps),
 the kv-bound model with the kv-pressure settings of the replay A/B (1,024 blocks of 32,

@@ -4,7 +4,7 @@
 a paper-32g run on the same server, and came out at 0.94x; fresh servers had given 0.97x.
 
     python benchmarks/replay/nosharing_ab.py kv-pressure --repeats 3 --out DIR \
-        --json benchmarks/replay/nosharing.json --lock LOCKFILE
+        --json OUT.json --lock LOCKFILE
 
 Per repeat, a fresh pair of the A/B's servers (benchmarks/replay/replay_ab.py, the model in the
 engine core; their schedulers `core_state.py`'s logging subclasses), and on each server, the

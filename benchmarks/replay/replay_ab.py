@@ -3,7 +3,7 @@ processes on
 the kv-bound model, one with vLLM's own scheduler, one with Feather's, and `feather replay`
 against both, interleaved, for one KV scenario.
 
-    python benchmarks/replay/replay_ab.py kv-pressure --json benchmarks/replay/kv-pressure.json
+    python benchmarks/replay/replay_ab.py kv-pressure --json OUT.json
 
 The servers take the in-process bench's settings (`feather bench --engine vllm --model
 kv-bound`, benchmarks/vllm/kv-hold-32g.json): block 32, max_model_len 4,096, 256 sequences,

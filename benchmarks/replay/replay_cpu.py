@@ -2,7 +2,7 @@
 (benchmarks/replay/README.md): do the live servers lose Feather's gain to the work around the
 engine (the API server detokenizing and streaming every token, the client parsing it)?
 
-    python benchmarks/replay/replay_cpu.py kv-pressure --json benchmarks/replay/kv-pressure.json
+    python benchmarks/replay/replay_cpu.py kv-pressure --json OUT.json
 
 Starts the two servers of benchmarks/replay/replay_ab.py (vLLM's scheduler, Feather's) for one KV
 scenario and, per repeat: the replay of every workload against both servers once per

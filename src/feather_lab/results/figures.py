@@ -2,7 +2,7 @@
 
 A figure carries an HTML comment right after it that names its source:
 
-    2.84x<!-- record: benchmarks/replay/kv-pressure.json ab.kv-pressure.ratio .2f -->
+    3.19x<!-- record: benchmarks/replay/incore-kv-pressure-quiet.json ab[0].b_over_a .2f -->
 
 The comment gives the record (a path from the repository root), the JSON path of the value
 (dots, `[i]`, `[key=value,...]` for the one row with those fields, `[*]` for every element;
@@ -12,7 +12,7 @@ row), and a range quoted as `0.97-1.02` is marked `range(E, ...)` (its lowest an
 
     0.97-1.02<!-- record: r.json range(median(a / b, c / d), median(e / f, g / h)) .2f -->
 
-A long source reads better as a name, `2.84x<!-- figure: replay-kv-pressure -->`, defined in
+A long source reads better as a name, `3.19x<!-- figure: replay-kv-pressure -->`, defined in
 benchmarks/figures.toml by `record`, `value` and `format`.
 
 The check renders the value with that spec and compares it, digit for digit, with the number
