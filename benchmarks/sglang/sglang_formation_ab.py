@@ -23,9 +23,7 @@ lpm) within the round.
 
 Usage: python benchmarks/sglang/sglang_formation_ab.py [--sizes 1000,10000] [--rounds 100]
            [--arms lpm,lpm-unlevelled,...] [--refresh] [--json OUT]
-(in an environment with the `sglang` extra). Records before the `lpm-unlevelled` arm
-(benchmarks/sglang/formation-ab.json) have an `lpm` arm without the setup: this one's
-`lpm-unlevelled`.
+(in an environment with the `sglang` extra).
 """
 
 from __future__ import annotations
