@@ -3,8 +3,7 @@ comes with vLLM and SGLang, and is what `vllm bench serve` streams with), else h
 
 Why it matters: a client on the server's machine takes CPU the server's API process needs to
 stream its answers. Reading 200 streams of 64 events from a local server through replay's own
-send path, httpx took 50.5 us of CPU per event and aiohttp 11.7 (medians of 5,
-benchmarks/replay/client-cpu.json, `benchmarks/replay/client_cpu.py`), and beside a
+send path, httpx took over three times aiohttp's CPU per event (docs/replay.md), and beside a
 CPU-starved vLLM server the costlier client showed as later, coalesced chunks: a longer TPOT
 and a lower throughput than vLLM's client measured on the same server.
 The reading is vLLM's (`StreamedResponseHandler`): bytes as they come, cut into lines.
