@@ -212,6 +212,30 @@ def test_a_commit_declared_unchanged_does_not_age_a_record(tmp_path: Path) -> No
     staleness.unchanged_commits.cache_clear()
 
 
+def test_a_registered_measures_list_replaces_the_folder_s(tmp_path: Path) -> None:
+    """A real-engine record in a folder that also holds simulations ages with what it runs:
+    a policy change ages it, a change outside its list does not."""
+    from feather_lab.results import staleness
+
+    root, made, comment = _repo_with_two_commits(tmp_path)
+    record = "benchmarks/cluster/r.json"
+    policies = ("src/feather_sched/policies",)
+    assert comment[:7] in (staleness.stale_reason(root, record, made, policies) or "")
+    assert staleness.stale_reason(root, record, made, ("src/feather_sched/ray",)) is None
+    staleness.last_change.cache_clear()
+
+
+def test_the_registry_reads_measures_as_a_tuple(tmp_path: Path) -> None:
+    from feather_lab.results.registry import load
+
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "records.toml").write_text(
+        '[[record]]\npath = "benchmarks/x/r.json"\nremake = "by-hand"\ncommand = "c"\n'
+        'measures = ["src/a", "src/b"]\n'
+    )
+    assert load(tmp_path)[0].measures == ("src/a", "src/b")
+
+
 def test_a_piece_that_reads_another_piece_s_record_runs_after_it() -> None:
     from feather_lab.results.quick import Piece, inputs, pieces
 
