@@ -11,6 +11,7 @@ hand.
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -312,3 +313,44 @@ def feather_constants(prior: Record, noprior: Record, stop_delay: Record) -> str
     header = ["constant (default)", "half: worst / best", "double: worst / best"]
     header += ["no prior: half", "no prior: double"]
     return markdown(header, "lrrrr", rows)
+
+
+# --- real vLLM in process (benchmarks/vllm/) ----------------------------------------------
+
+
+def _vs_vllm(row: Record, base: Record) -> str:
+    """A policy's ratio of medians over vLLM's scheduler, with its paired ratios (run i over
+    vLLM's run i, just before it in the same repetition): median and range."""
+    pairs = [a / b for a, b in zip(row["output_tok_s_runs"], base["output_tok_s_runs"])]
+    ratio = row["output_tok_s"] / base["output_tok_s"]
+    return f"{ratio:.2f}x ({statistics.median(pairs):.2f}, {min(pairs):.2f}-{max(pairs):.2f})"
+
+
+@table("vllm-tiny-llama", "benchmarks/vllm/bench.json", "benchmarks/vllm/bench-async.json")
+def vllm_tiny_llama(sync: Record, asynchronous: Record) -> str:
+    """Each policy over vLLM's own scheduler on both loops, and its STOPs (sync)."""
+    rows = []
+    loops = by_workload(sync["rows"]), by_workload(asynchronous["rows"])
+    for workload, runs in loops[0].items():
+        for policy, row in runs.items():
+            if policy == "vllm":
+                continue
+            other = loops[1][workload]
+            decisions = f"{row.get('policy_stops', 0)} / {row.get('policy_decisions', 0)}"
+            rows.append(
+                [
+                    workload,
+                    policy,
+                    _vs_vllm(row, runs["vllm"]),
+                    _vs_vllm(other[policy], other["vllm"]),
+                    decisions,
+                ]
+            )
+    header = [
+        "workload",
+        "policy",
+        "sync: vs vLLM (paired, range)",
+        "async: vs vLLM (paired, range)",
+        "STOPs / decisions (sync)",
+    ]
+    return markdown(header, "llrrr", rows)
