@@ -354,3 +354,27 @@ def vllm_tiny_llama(sync: Record, asynchronous: Record) -> str:
         "STOPs / decisions (sync)",
     ]
     return markdown(header, "llrrr", rows)
+
+
+@table("paper-policies-sglang", "benchmarks/paper-policies/sglang.json")
+def paper_policies_sglang(record: Record) -> str:
+    """The authors' policies and Feather in SGLang's loop: medians, the runs, batch shape."""
+    rows = []
+    for workload, runs in by_workload(record["rows"]).items():
+        for policy, r in runs.items():
+            each = ", ".join(n0(x) for x in r["output_tok_s_runs"])
+            rows.append(
+                [
+                    r.get("scenario", workload),
+                    policy,
+                    f"{n0(r['output_tok_s'])} ({each})",
+                    f"{r['vs_fcfs']:.2f}x",
+                    f"{r['mean_batch']:.1f}",
+                    f"{r['mean_prefix_groups']:.2f}",
+                    str(r["preemptions"]),
+                    f"{r['ttft_p50_s']:.2f} / {r['ttft_p99_s']:.2f}",
+                ]
+            )
+    header = ["scenario", "policy", "out tok/s median (runs)", "vs fcfs", "mean batch"]
+    header += ["groups/batch", "retractions", "TTFT p50 / p99 s"]
+    return markdown(header, "llrrrrrr", rows)
