@@ -378,3 +378,31 @@ def paper_policies_sglang(record: Record) -> str:
     header = ["scenario", "policy", "out tok/s median (runs)", "vs fcfs", "mean batch"]
     header += ["groups/batch", "retractions", "TTFT p50 / p99 s"]
     return markdown(header, "llrrrrrr", rows)
+
+
+# --- `feather replay` against `vllm bench serve` (benchmarks/replay/) ---------------------
+
+CLIENT_FIELDS = {
+    "output_throughput": ("output_throughput (tok/s)", ",.1f"),
+    "request_throughput": ("request_throughput (req/s)", ",.1f"),
+    "mean_ttft_ms": ("mean_ttft_ms", ",.1f"),
+    "median_ttft_ms": ("median_ttft_ms", ",.1f"),
+    "p99_ttft_ms": ("p99_ttft_ms", ",.1f"),
+    "mean_tpot_ms": ("mean_tpot_ms", ",.1f"),
+    "client_process_cpu_s": ("client process CPU s (imports included)", ".2f"),
+}
+"""vLLM's fields as the client check's table names and prints them."""
+
+
+@table("replay-vllm-client-check", "benchmarks/replay/vllm-client-check.json")
+def replay_vllm_client_check(record: Record) -> str:
+    """Each of vLLM's fields, median over the runs, for both clients and their ratio."""
+    replay, vllm = record["medians"]["feather replay"], record["medians"]["vllm bench serve"]
+    ratios = record["ratio_replay_over_vllm"]
+    rows = [
+        [label, format(replay[f], spec), format(vllm[f], spec), f"{ratios[f]:.3f}"]
+        for f, (label, spec) in CLIENT_FIELDS.items()
+    ]
+    runs = record["config"]["repeats"]
+    header = [f"field (median of {runs})", "feather replay", "vllm bench serve", "replay / vLLM"]
+    return markdown(header, "lrrr", rows)
