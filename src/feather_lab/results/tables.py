@@ -380,6 +380,77 @@ def paper_policies_sglang(record: Record) -> str:
     return markdown(header, "llrrrrrr", rows)
 
 
+# --- prefix detection cost: CHT against a radix pass (benchmarks/cht/) --------------------
+
+CHT_HEADER = [
+    "queue",
+    "prompt tokens",
+    "CHT us/decision",
+    "radix us/decision",
+    "speedup",
+    "CHT us/insert",
+    "radix us/insert",
+    "CHT us/finish",
+    "bytes/request",
+    "raw digest bytes",
+]
+
+
+def cht_index(record: Record, chunk: int) -> str:
+    """One chunk size of `feather index-bench`: cost per decision, arrival, finish, bytes."""
+    rows = [
+        [
+            f"{r['queue']:,}",
+            f"{r['prompt_tokens']:,}",
+            f"{r['cht_us_per_decision']:.1f}",
+            n0(r["radix_us_per_decision"]),
+            f"{n0(r['decision_speedup'])}x",
+            f"{r['cht_us_per_insert']:,.1f}",
+            f"{r['radix_us_per_insert']:.1f}",
+            f"{r['cht_us_per_finish']:.1f}",
+            n0(r["bytes_per_request"]),
+            f"{r['digest_bytes_per_request']:,}",
+        ]
+        for r in record["rows"]
+        if r["chunk_size"] == chunk
+    ]
+    return markdown(CHT_HEADER, "r" * len(CHT_HEADER), rows)
+
+
+@table("cht-index-chunk16", "benchmarks/cht/index.json")
+def cht_index_chunk16(record: Record) -> str:
+    return cht_index(record, 16)
+
+
+@table("cht-index-chunk64", "benchmarks/cht/index.json")
+def cht_index_chunk64(record: Record) -> str:
+    return cht_index(record, 64)
+
+
+@table("cht-index-chunk512", "benchmarks/cht/index.json")
+def cht_index_chunk512(record: Record) -> str:
+    return cht_index(record, 512)
+
+
+@table("cht-memory", "benchmarks/cht/memory.json")
+def cht_memory(record: Record) -> str:
+    """The index's allocation with 100,000 long prompts waiting, shared or not."""
+    rows = [
+        [
+            str(r["chunk_size"]),
+            r["sharing"],
+            f"{r['chunks_per_request']:,}",
+            f"{r['digest_bytes_per_request']:,}",
+            n0(r["bytes_per_request"]),
+            f"{r['total_gib']:.2f} GiB",
+        ]
+        for r in record["rows"]
+    ]
+    header = ["chunk", "sharing", "chunks/request", "raw digest bytes", "bytes/request"]
+    header += [f"total for {record['rows'][0]['requests']:,}"]
+    return markdown(header, "rlrrrr", rows)
+
+
 # --- `feather replay` against `vllm bench serve` (benchmarks/replay/) ---------------------
 
 CLIENT_FIELDS = {
