@@ -20,8 +20,9 @@ import gc
 import statistics
 import time
 import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +73,37 @@ class IndexBenchRow(IndexBenchCase):
         d = asdict(self)
         d["decision_speedup"] = round(self.decision_speedup, 1)
         return d
+
+
+INDEX_COLUMNS = (
+    "queue",
+    "prompt tokens",
+    "CHT us/decision",
+    "radix us/decision",
+    "speedup",
+    "CHT us/insert",
+    "radix us/insert",
+    "CHT us/finish",
+    "bytes/request",
+    "raw digest bytes",
+)
+"""The columns of one row, as `feather index-bench` prints it and the CHT page renders it."""
+
+
+def index_cells(r: Mapping[str, Any]) -> list[str]:
+    """One row (`IndexBenchRow.to_dict()` or a record's row) under `INDEX_COLUMNS`."""
+    return [
+        f"{r['queue']:,}",
+        f"{r['prompt_tokens']:,}",
+        f"{r['cht_us_per_decision']:,.1f}",
+        f"{r['radix_us_per_decision']:,.0f}",
+        f"{r['decision_speedup']:,.0f}x",
+        f"{r['cht_us_per_insert']:,.1f}",
+        f"{r['radix_us_per_insert']:,.1f}",
+        f"{r['cht_us_per_finish']:,.1f}",
+        f"{r['bytes_per_request']:,.0f}",
+        f"{r['digest_bytes_per_request']:,.0f}",
+    ]
 
 
 DEFAULT_CASES = (

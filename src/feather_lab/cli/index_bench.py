@@ -99,33 +99,11 @@ def _run(cases, chunks, batch, repeats, seed, clock) -> list[Any]:
 
 def _index_table(rows: Sequence[Any], batch: int) -> Table:
     """Per queue: cost per decision of each index, the speedup, and the insert costs."""
+    from feather_lab.bench.index_bench import INDEX_COLUMNS, index_cells
+
     table = Table(title=f"Prefix detection cost per decision ({batch} admissions)")
-    for col in (
-        "chunk",
-        "queue",
-        "prompt tok",
-        "CHT us/decision",
-        "radix us/decision",
-        "speedup",
-        "CHT us/insert",
-        "radix us/insert",
-        "CHT us/finish",
-        "bytes/request",
-        "digest bytes",
-    ):
+    for col in ("chunk", *INDEX_COLUMNS):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(
-            str(r.chunk_size),
-            f"{r.queue:,}",
-            f"{r.prompt_tokens:,}",
-            f"{r.cht_us_per_decision:,.1f}",
-            f"{r.radix_us_per_decision:,.0f}",
-            f"{r.decision_speedup:,.0f}x",
-            f"{r.cht_us_per_insert:,.1f}",
-            f"{r.radix_us_per_insert:,.1f}",
-            f"{r.cht_us_per_finish:,.1f}",
-            f"{r.bytes_per_request:,.0f}",
-            f"{r.digest_bytes_per_request:,.0f}",
-        )
+        table.add_row(str(r.chunk_size), *index_cells(r.to_dict()))
     return table

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from feather_lab.bench.index_bench import INDEX_COLUMNS, index_cells
 from feather_lab.bench.rows import by_workload
 
 Record = dict[str, Any]
@@ -382,39 +383,11 @@ def paper_policies_sglang(record: Record) -> str:
 
 # --- prefix detection cost: CHT against a radix pass (benchmarks/cht/) --------------------
 
-CHT_HEADER = [
-    "queue",
-    "prompt tokens",
-    "CHT us/decision",
-    "radix us/decision",
-    "speedup",
-    "CHT us/insert",
-    "radix us/insert",
-    "CHT us/finish",
-    "bytes/request",
-    "raw digest bytes",
-]
-
 
 def cht_index(record: Record, chunk: int) -> str:
     """One chunk size of `feather index-bench`: cost per decision, arrival, finish, bytes."""
-    rows = [
-        [
-            f"{r['queue']:,}",
-            f"{r['prompt_tokens']:,}",
-            f"{r['cht_us_per_decision']:.1f}",
-            n0(r["radix_us_per_decision"]),
-            f"{n0(r['decision_speedup'])}x",
-            f"{r['cht_us_per_insert']:,.1f}",
-            f"{r['radix_us_per_insert']:.1f}",
-            f"{r['cht_us_per_finish']:.1f}",
-            n0(r["bytes_per_request"]),
-            f"{r['digest_bytes_per_request']:,}",
-        ]
-        for r in record["rows"]
-        if r["chunk_size"] == chunk
-    ]
-    return markdown(CHT_HEADER, "r" * len(CHT_HEADER), rows)
+    rows = [index_cells(r) for r in record["rows"] if r["chunk_size"] == chunk]
+    return markdown(list(INDEX_COLUMNS), "r" * len(INDEX_COLUMNS), rows)
 
 
 @table("cht-index-chunk16", "benchmarks/cht/index.json")
