@@ -13,6 +13,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from feather_lab.results.tables import paired_ratios
+
 BASELINE = "vllm"
 HEADER = (
     "| workload | policy | out tok/s (runs) | vs vLLM | paired ratio: median (range) "
@@ -25,7 +27,7 @@ def _row(r: dict, base: dict) -> str:
     runs = ", ".join(f"{x:,.0f}" for x in r["output_tok_s_runs"])
     ratio, paired = "1.00x", "-"
     if r["policy"] != BASELINE:
-        pairs = [a / b for a, b in zip(r["output_tok_s_runs"], base["output_tok_s_runs"])]
+        pairs = paired_ratios(r, base)
         ratio = f"{r['output_tok_s'] / base['output_tok_s']:.2f}x"
         paired = f"{statistics.median(pairs):.2f} ({min(pairs):.2f}-{max(pairs):.2f})"
     decisions = f"{r['policy_stops']} / {r['policy_decisions']}" if "policy_decisions" in r else "-"

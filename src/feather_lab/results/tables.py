@@ -319,10 +319,16 @@ def feather_constants(prior: Record, noprior: Record, stop_delay: Record) -> str
 # --- real vLLM in process (benchmarks/vllm/) ----------------------------------------------
 
 
+def paired_ratios(row: Record, base: Record) -> list[float]:
+    """Run i of a policy over run i of the baseline, which ran just before it in the same
+    repetition: on a noisy machine a steadier reading than the ratio of medians."""
+    return [a / b for a, b in zip(row["output_tok_s_runs"], base["output_tok_s_runs"])]
+
+
 def _vs_vllm(row: Record, base: Record) -> str:
-    """A policy's ratio of medians over vLLM's scheduler, with its paired ratios (run i over
-    vLLM's run i, just before it in the same repetition): median and range."""
-    pairs = [a / b for a, b in zip(row["output_tok_s_runs"], base["output_tok_s_runs"])]
+    """A policy's ratio of medians over vLLM's scheduler, with its paired ratios: median and
+    range."""
+    pairs = paired_ratios(row, base)
     ratio = row["output_tok_s"] / base["output_tok_s"]
     return f"{ratio:.2f}x ({statistics.median(pairs):.2f}, {min(pairs):.2f}-{max(pairs):.2f})"
 
